@@ -1,0 +1,51 @@
+"""Speed of the training planner: configurations per second of ``snlab.sweep`` and the
+time of a full ``snlab.search``. Run: ``.venv/bin/python benchmarks/bench_training.py``.
+
+Figures are the best of several repeats on one core (numpy's element-wise work is
+single-threaded); the first call, which compiles the formulas, is reported apart.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import snlab
+
+
+def best_of(fn, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    start = time.perf_counter()
+    snlab.train("megatron-1t", "dgx-a100", tp=8, pp=64, dp=6, micro_batch=1, global_batch=3072)
+    print(f"first train() call (imports and formula compilation): {time.perf_counter() - start:.2f} s")
+
+    grid = dict(tp=8, pp=64, dp=6, micro_batch=1, global_batch=3072,
+                scale_out_bandwidth=np.linspace(1e9, 100e9, 1_000_000))
+    t = best_of(lambda: snlab.sweep("megatron-1t", "dgx-a100", **grid), repeats=3)
+    print(f"sweep, 1,000,000 configurations along one axis: {t:.2f} s = {1e6 / t:,.0f} configurations/s")
+
+    axes = dict(tp=[1, 2, 4, 8, 16], pp=[1, 2, 4, 8, 16, 32, 64, 128], dp=[1, 2, 3, 4, 6, 8, 12, 16],
+                micro_batch=[1, 2, 4, 8], global_batch=3072, recompute=["none", "selective", "full"],
+                zero=[0, 1, 2, 3], interleave=[1, 2], sequence_parallel=[False, True],
+                scale_out_bandwidth=np.linspace(12.5e9, 100e9, 8))
+    n = int(np.prod([len(v) if isinstance(v, (list, np.ndarray)) else 1 for v in axes.values()]))
+    t = best_of(lambda: snlab.sweep("megatron-1t", "dgx-a100", **axes), repeats=3)
+    print(f"sweep, {n:,} mixed plans (a third break a rule): {t:.2f} s = {n / t:,.0f} configurations/s")
+
+    result = {}
+    t = best_of(lambda: result.update(df=snlab.search("megatron-1t", "dgx-a100", devices=4096,
+                                                      global_batch=3072)), repeats=3)
+    print(f"search, megatron-1t on 4,096 devices: {t:.2f} s over {result['df'].attrs['evaluated']:,} valid plans")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Training plans: parallel degrees, batch, memory savers, overlap, as arrays.
+
+A plan's fields are plain numbers (or numpy arrays of them, for sweeps); names that
+people type (``recompute="full"``, ``overlap="all"``) are turned into codes here, in
+one place. The rules a plan must obey are checked row by row, vectorised, so that
+:func:`snlab.train` can raise the first broken rule and :func:`snlab.sweep` can flag
+each row with its reason instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import SnlabError
+from .specs import Model
+
+RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
+OFFLOAD = {"none": 0, "optimizer": 1, "activations": 2, "both": 3}
+GRAD_DTYPE_BYTES = {"bf16": 2, "fp32": 4}
+OVERLAP_CLASSES = ("dp", "tp", "pp", "ep", "cp", "offload")
+#: named overlap levels: the fraction of each class of communication hidden behind compute
+OVERLAP_PRESETS = {
+    "none": dict.fromkeys(OVERLAP_CLASSES, 0.0),
+    "gradients": {**dict.fromkeys(OVERLAP_CLASSES, 0.0), "dp": 1.0},
+    "standard": {"dp": 1.0, "tp": 0.0, "pp": 0.5, "ep": 0.5, "cp": 1.0, "offload": 1.0},
+    "all": dict.fromkeys(OVERLAP_CLASSES, 1.0),
+}
+
+#: plan fields, their defaults, and what they accept (for errors and the CLI)
+DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, zero=1,
+                recompute="selective", sequence_parallel=None, interleave=1, overlap="standard",
+                offload="none", precision="bf16", grad_dtype="fp32", seq_len=None,
+                flash_attention=True, optimizer_bytes=12)
+ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
+               pp="a whole number from 1 to the number of layers",
+               dp="a whole number >= 1", ep="a whole number >= 1 dividing dp x cp and the experts",
+               cp="a whole number >= 1 dividing the sequence length",
+               micro_batch="a whole number >= 1", global_batch="a multiple of micro_batch x dp",
+               zero="0, 1, 2 or 3", recompute="none, selective, full",
+               sequence_parallel="true or false", interleave="a whole number >= 1",
+               overlap="none, gradients, standard, all, or class=level pairs (dp, tp, pp, ep, cp, offload) in [0, 1]",
+               offload="none, optimizer, activations, both", precision="a precision the device supports",
+               grad_dtype="bf16, fp32", seq_len="a whole number >= 1",
+               flash_attention="true or false", optimizer_bytes="a number >= 0 (12 for Adam)")
+
+
+def overlap_levels(spec) -> dict[str, float]:
+    """Overlap levels per class from a preset name, a number, a dict, or ``"dp=1,tp=0.5"``."""
+    if isinstance(spec, str) and spec in OVERLAP_PRESETS:
+        return dict(OVERLAP_PRESETS[spec])
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        levels = dict.fromkeys(OVERLAP_CLASSES, float(spec))
+    elif isinstance(spec, dict):
+        levels = {**OVERLAP_PRESETS["none"], **spec}
+    elif isinstance(spec, str):
+        levels = dict(OVERLAP_PRESETS["none"])
+        for part in spec.split(","):
+            key, sep, value = part.partition("=")
+            try:
+                levels[key.strip()] = float(value) if sep else None
+            except ValueError:
+                levels[key.strip()] = None
+    else:
+        raise SnlabError("overlap", f"got {spec!r}", ALLOWED["overlap"])
+    for key, value in levels.items():
+        if key not in OVERLAP_CLASSES:
+            raise SnlabError("overlap", f"unknown class {key!r}", ALLOWED["overlap"])
+        if value is None or not 0.0 <= float(value) <= 1.0:
+            raise SnlabError(f"overlap.{key}", f"got {value!r}", "a level in [0, 1]")
+    return {k: float(v) for k, v in levels.items()}
+
+
+def code(name: str, value, table: dict) -> int:
+    """Code of a named choice (``recompute="full"`` -> 2); numbers pass through if valid."""
+    if isinstance(value, str):
+        if value not in table:
+            raise SnlabError(name, f"got {value!r}", ", ".join(table))
+        return table[value]
+    if isinstance(value, (bool, np.bool_)):
+        raise SnlabError(name, f"got {value!r}", ", ".join(table))
+    if value in table.values():
+        return int(value)
+    raise SnlabError(name, f"got {value!r}", ", ".join(table))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule a plan must satisfy; ``message`` names the fields it concerns."""
+
+    field: str
+    message: str
+
+
+# The rules, in the order they are reported; ``violations`` returns the index of the
+# first broken one per row (-1 when all hold).
+RULES = (
+    Rule("tp", "tensor-parallel degree tp must be a whole number >= 1 that divides the attention heads"),
+    Rule("tp", "tensor-parallel degree tp must divide the key/value heads, or be a multiple of them"),
+    Rule("pp", "pipeline degree pp must be from 1 to the number of layers"),
+    Rule("interleave", "with interleaving (interleave > 1) layers must be divisible by pp x interleave, and pp > 1"),
+    Rule("cp", "context-parallel degree cp must divide the sequence length"),
+    Rule("ep", "expert-parallel degree ep must divide dp x cp and the number of experts (1 for dense models)"),
+    Rule("global_batch", "global batch must be a multiple of micro_batch x dp"),
+    Rule("zero", "ZeRO stage 3 cannot be combined with pipeline parallelism (pp > 1)"),
+    Rule("devices", "tp x pp x dp x cp must equal the number of devices"),
+    Rule("degrees", "every degree and the micro-batch must be a whole number >= 1"),
+)
+
+
+def violations(model: Model, g: dict, devices=None) -> np.ndarray:
+    """Index into :data:`RULES` of the first rule each row breaks, or -1."""
+    # whole numbers are compared as integers: exact, and faster than float modulo
+    ints = {k: np.round(g[k]).astype(np.int64) for k in ("tp", "pp", "dp", "ep", "cp", "micro_batch",
+                                                         "global_batch", "interleave", "seq_len")}
+    whole = np.ones(np.shape(g["tp"]), dtype=bool)
+    for k in ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "interleave"):
+        whole &= ints[k] == g[k]
+    t, p, d, e, c = ints["tp"], ints["pp"], ints["dp"], ints["ep"], ints["cp"]
+    b, B, v, s = ints["micro_batch"], ints["global_batch"], ints["interleave"], ints["seq_len"]
+    experts = model.moe.experts if model.moe else 1
+    broken = [
+        (t < 1) | (model.heads % np.maximum(t, 1) != 0),
+        (model.kv_heads % np.maximum(t, 1) != 0) & (t % model.kv_heads != 0),
+        (p < 1) | (p > model.layers),
+        ((v > 1) & ((model.layers % np.maximum(p * v, 1) != 0) | (p == 1))) | (v < 1),
+        (c < 1) | (s % np.maximum(c, 1) != 0),
+        (e < 1) | ((d * c) % np.maximum(e, 1) != 0) | (experts % np.maximum(e, 1) != 0),
+        (B % np.maximum(b * d, 1) != 0) | (B < b * d),
+        (g["zero"] == 3) & (p > 1),
+        (t * p * d * c != devices) if devices is not None else np.zeros_like(t, dtype=bool),
+        (d < 1) | (b < 1) | ~whole,
+    ]
+    first = np.full(np.broadcast(*broken).shape, -1, dtype=np.int16)
+    for i in range(len(broken) - 1, -1, -1):
+        first = np.where(broken[i], i, first)
+    return first

@@ -1,0 +1,103 @@
+"""Write a preset object back as TOML, every number with its unit and source.
+
+The output loads back into an equal object: ``load(kind, path)`` of
+``to_toml(obj)`` gives the same numbers, so a user can copy a preset, edit it, and
+pass the file's path wherever a preset name is taken.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..specs import Device, Model, Provenance, System
+from . import _DEVICE, _MODEL, _MODEL_FLAGS, _SYSTEM, PRECISIONS, _shipped, names
+
+_SI_UNIT = {"bytes": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
+
+
+def _q(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _num(name: str, si_value, dimension: str, prov: Provenance | None) -> str:
+    if prov is None:
+        unit = _SI_UNIT.get(dimension, "")
+        prov = Provenance(si_value, unit, "defined in Python")
+    parts = [f"value = {_value(prov.value)}"]
+    if prov.unit:
+        parts.append(f"unit = {_q(prov.unit)}")
+    parts.append(f"source = {_q(prov.source)}")
+    for key in ("where", "convention", "note"):
+        if getattr(prov, key):
+            parts.append(f"{key} = {_q(getattr(prov, key))}")
+    return f"{name} = {{ {', '.join(parts)} }}"
+
+
+def _value(x) -> str:
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return repr(x)
+
+
+def _device_lines(dev: Device, prefix: str = "") -> list[str]:
+    lines = [f"[{prefix}compute]"]
+    for p in PRECISIONS:
+        if p in dev.peak_flops:
+            lines.append(_num(p, dev.peak_flops[p], "FLOP/s", dev.provenance.get(f"compute.{p}")))
+    for section in ("memory", "calibration"):
+        lines += ["", f"[{prefix}{section}]"]
+        for field, dimension, _ in _DEVICE[section]:
+            lines.append(_num(field, getattr(dev, field), dimension,
+                              dev.provenance.get(f"{section}.{field}")))
+    return lines
+
+
+def _header(obj, extra: list[str]) -> list[str]:
+    return [f"kind = {_q(obj.kind)}", f"name = {_q(obj.name)}",
+            f"description = {_q(obj.description)}"] + extra
+
+
+def to_toml(obj: Device | System | Model) -> str:
+    """TOML text for a device, system or model preset."""
+    if isinstance(obj, Device):
+        lines = _header(obj, [f"vendor = {_q(obj.vendor)}", ""]) + _device_lines(obj)
+    elif isinstance(obj, System):
+        shipped = obj.device.name in names("device") and _shipped("device", obj.device.name) == obj.device
+        lines = _header(obj, [f"device = {_q(obj.device.name)}"] if shipped else [])
+        for field, dimension, _ in _SYSTEM[""]:
+            value = getattr(obj, field)
+            if value is not None:
+                lines.append(_num(field, value, dimension, obj.provenance.get(field)))
+        for part in ("scale_up", "scale_out", "host", "pool", "storage"):
+            level = getattr(obj, part)
+            if level is None:
+                continue
+            lines += ["", f"[{part}]", f"technology = {_q(level.technology)}"]
+            for field, dimension, required in _SYSTEM[part]:
+                if not required and f"{part}.{field}" not in obj.provenance and not getattr(level, field):
+                    continue
+                lines.append(_num(field, getattr(level, field), dimension,
+                                  obj.provenance.get(f"{part}.{field}")))
+        if not shipped:
+            lines += ["", "[device]", f"name = {_q(obj.device.name)}",
+                      f"description = {_q(obj.device.description)}",
+                      f"vendor = {_q(obj.device.vendor)}", ""] + _device_lines(obj.device, "device.")
+    elif isinstance(obj, Model):
+        lines = _header(obj, [f"norm = {_q(obj.norm)}"]
+                        + [f"{f} = {str(getattr(obj, f)).lower()}" for f in _MODEL_FLAGS])
+        defaults = {"kv_heads": obj.heads, "head_dim": obj.hidden_size // obj.heads}
+        for field, dimension, _ in _MODEL[""]:
+            if field not in obj.provenance and defaults.get(field, None) == getattr(obj, field):
+                continue  # derived default: leave it to the loader
+            lines.append(_num(field, getattr(obj, field), dimension, obj.provenance.get(field)))
+        for part in ("moe", "mla"):
+            sub = getattr(obj, part)
+            if sub is None:
+                continue
+            lines += ["", f"[{part}]"]
+            for field, dimension, _ in _MODEL[part]:
+                lines.append(_num(field, getattr(sub, field), dimension,
+                                  obj.provenance.get(f"{part}.{field}")))
+    else:
+        raise TypeError(f"not a preset: {obj!r}")
+    return "\n".join(lines) + "\n"

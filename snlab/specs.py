@@ -1,0 +1,323 @@
+"""Frozen descriptions of hardware and models, as loaded from presets.
+
+Every quantity is a float in SI base units (bytes, seconds, bytes/s, FLOP/s).
+Link bandwidths are per device, per direction; peak compute is dense. Each object
+keeps, in ``provenance``, the value as written in its preset with unit, source and
+convention, keyed by ``"section.field"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from .errors import SnlabError
+from .units import fmt_bytes, fmt_seconds
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a preset number came from and how it was written."""
+
+    value: float
+    unit: str
+    source: str
+    where: str = ""
+    convention: str = ""
+    note: str = ""
+
+
+_EMPTY: Mapping[str, Provenance] = MappingProxyType({})
+
+
+def _cite(prov: Mapping[str, Provenance], key: str) -> str:
+    p = prov.get(key)
+    if p is None:
+        return ""
+    return p.source + (f", {p.where}" if p.where else "")
+
+
+# --- hardware -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator: dense peak compute per precision, HBM, calibration constants.
+
+    Attributes
+    ----------
+    peak_flops : mapping of precision (``"bf16"``, ``"fp8"``, ...) to dense FLOP/s.
+    hbm_capacity : bytes. hbm_bandwidth : bytes/s.
+    gemm_efficiency : achievable fraction of peak for large matrix multiplies.
+    memory_efficiency : achievable fraction of HBM bandwidth.
+    sustained_clock : sustained/boost clock ratio (1 = no throttling).
+    """
+
+    name: str
+    description: str
+    vendor: str
+    peak_flops: Mapping[str, float]
+    hbm_capacity: float
+    hbm_bandwidth: float
+    gemm_efficiency: float
+    memory_efficiency: float
+    sustained_clock: float = 1.0
+    provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
+
+    kind = "device"
+
+    def peak(self, precision: str = "bf16") -> float:
+        """Dense peak FLOP/s at ``precision``; error listing the supported ones."""
+        try:
+            return self.peak_flops[precision]
+        except KeyError:
+            raise SnlabError(f"{self.name}.precision", f"{precision!r} not supported",
+                             ", ".join(self.peak_flops)) from None
+
+    def replace(self, **changes) -> "Device":
+        return _replace(self, changes)
+
+    def _repr_html_(self) -> str:
+        rows = [(f"peak {k}", f"{v / 1e12:.4g} TFLOP/s (dense)", _cite(self.provenance, f"compute.{k}"))
+                for k, v in self.peak_flops.items()]
+        rows += [
+            ("HBM", fmt_bytes(self.hbm_capacity), _cite(self.provenance, "memory.hbm_capacity")),
+            ("HBM bandwidth", f"{self.hbm_bandwidth / 1e12:.4g} TB/s", _cite(self.provenance, "memory.hbm_bandwidth")),
+            ("GEMM efficiency", f"{self.gemm_efficiency:.2f}", _cite(self.provenance, "calibration.gemm_efficiency")),
+            ("memory efficiency", f"{self.memory_efficiency:.2f}", _cite(self.provenance, "calibration.memory_efficiency")),
+            ("sustained clock", f"{self.sustained_clock:.2f}", _cite(self.provenance, "calibration.sustained_clock")),
+        ]
+        return _html_table(f"device {self.name}: {self.description}", rows)
+
+
+@dataclass(frozen=True)
+class Level:
+    """A level of the network: scale-up domain or scale-out fabric.
+
+    bandwidth [bytes/s] per device, per direction; latency [s] per message or
+    collective step, software included; efficiency: achievable fraction of bandwidth
+    in collectives; domain_size: devices in one domain (scale-up only);
+    call_latency [s]: fixed cost of one collective call (launch, synchronisation).
+    """
+
+    technology: str
+    bandwidth: float
+    latency: float
+    efficiency: float
+    domain_size: int = 0
+    call_latency: float = 0.0
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """Device-to-host link for offload: bandwidth [bytes/s] per device per direction,
+    latency [s], capacity [bytes] of host memory per device."""
+
+    technology: str
+    bandwidth: float
+    latency: float
+    capacity: float
+
+
+@dataclass(frozen=True)
+class MemoryPool:
+    """Memory a device reaches over the scale-up bus beyond its own HBM (supernodes):
+    capacity [bytes] per domain, bandwidth [bytes/s] per device per direction, latency [s]."""
+
+    technology: str
+    capacity: float
+    bandwidth: float
+    latency: float
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Local SSD per device: bandwidth [bytes/s], latency [s], capacity [bytes]."""
+
+    technology: str
+    bandwidth: float
+    latency: float
+    capacity: float
+
+
+@dataclass(frozen=True)
+class System:
+    """Devices, how they are wired, and the memory they can reach."""
+
+    name: str
+    description: str
+    device: Device
+    devices_per_node: int
+    scale_up: Level
+    scale_out: Level
+    host: HostLink
+    pool: MemoryPool | None = None
+    storage: Storage | None = None
+    max_devices: int | None = None
+    provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
+
+    kind = "system"
+
+    @property
+    def domain_size(self) -> int:
+        """Devices in one scale-up domain."""
+        return self.scale_up.domain_size
+
+    def replace(self, **changes) -> "System":
+        """A copy with fields changed; ``scale_up_bandwidth=...`` style keys reach
+        into the levels (``scale_up``, ``scale_out``, ``host``, ``pool``)."""
+        nested: dict[str, dict] = {}
+        flat = {}
+        for key, value in changes.items():
+            for part in ("scale_up", "scale_out", "host", "pool", "storage"):
+                if key.startswith(part + "_") and key not in ("scale_up", "scale_out"):
+                    nested.setdefault(part, {})[key[len(part) + 1:]] = value
+                    break
+            else:
+                flat[key] = value
+        for part, sub in nested.items():
+            current = getattr(self, part)
+            if current is None:
+                raise SnlabError(f"{self.name}.{part}", "this system has none", "systems with a " + part)
+            flat[part] = _replace(current, sub)
+        return _replace(self, flat)
+
+    def _repr_html_(self) -> str:
+        def lvl(name, l):
+            return (name, f"{l.technology}: {l.bandwidth / 1e9:.4g} GB/s per device per direction, "
+                    f"{fmt_seconds(l.latency)}, efficiency {l.efficiency:.2f}"
+                    + (f", domain of {l.domain_size}" if l.domain_size else ""),
+                    _cite(self.provenance, f"{name}.bandwidth"))
+        rows = [("device", self.device.name, ""), lvl("scale_up", self.scale_up),
+                lvl("scale_out", self.scale_out),
+                ("host", f"{self.host.technology}: {self.host.bandwidth / 1e9:.4g} GB/s, "
+                 f"{fmt_bytes(self.host.capacity)} per device", _cite(self.provenance, "host.bandwidth"))]
+        if self.pool:
+            rows.append(("pool", f"{self.pool.technology}: {fmt_bytes(self.pool.capacity)}, "
+                         f"{self.pool.bandwidth / 1e9:.4g} GB/s, {fmt_seconds(self.pool.latency)}",
+                         _cite(self.provenance, "pool.capacity")))
+        return _html_table(f"system {self.name}: {self.description}", rows)
+
+
+# --- models -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MoE:
+    """Mixture-of-experts layers."""
+
+    experts: int
+    experts_per_token: int
+    expert_ffn_hidden_size: int
+    shared_experts: int = 0
+    dense_layers: int = 0
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2/V3)."""
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer's shape."""
+
+    name: str
+    description: str
+    layers: int
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int
+    vocab_size: int
+    seq_len: int
+    gated_mlp: bool = False
+    biases: bool = False
+    norm: str = "rmsnorm"
+    tied_embeddings: bool = False
+    learned_positions: bool = False
+    moe: MoE | None = None
+    mla: MLA | None = None
+    provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
+
+    kind = "model"
+
+    def symbol_values(self) -> dict[str, float]:
+        """The model's shape as nomenclature values, for the wall formulas."""
+        moe, mla = self.moe, self.mla
+        values = dict(
+            layers=self.layers, hidden_size=self.hidden_size, heads=self.heads,
+            kv_heads=self.kv_heads, head_dim=self.head_dim,
+            ffn_hidden_size=self.ffn_hidden_size, vocab_size=self.vocab_size,
+            seq_len=self.seq_len, mlp_matrices=3 if self.gated_mlp else 2,
+            bias=int(self.biases), norm_params=2 if self.norm == "layernorm" else 1,
+            embedding_copies=1 if self.tied_embeddings else 2,
+            learned_positions=int(self.learned_positions),
+            dense_layers=moe.dense_layers if moe else self.layers,
+            experts=moe.experts if moe else 0,
+            experts_per_token=moe.experts_per_token if moe else 0,
+            shared_experts=moe.shared_experts if moe else 0,
+            expert_ffn_hidden_size=moe.expert_ffn_hidden_size if moe else 0,
+        )
+        if mla:
+            values.update(q_lora_rank=mla.q_lora_rank, kv_lora_rank=mla.kv_lora_rank,
+                          qk_nope_head_dim=mla.qk_nope_head_dim,
+                          qk_rope_head_dim=mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim)
+        return values
+
+    @property
+    def params(self) -> float:
+        """Total parameters (see ``snlab.sizing.params``)."""
+        from .sizing import params
+        return float(params(self))
+
+    @property
+    def active_params(self) -> float:
+        """Parameters used per token."""
+        from .sizing import active_params
+        return float(active_params(self))
+
+    def replace(self, **changes) -> "Model":
+        return _replace(self, changes)
+
+    def _repr_html_(self) -> str:
+        rows = [("parameters", f"{self.params / 1e9:.4g} B", "computed")]
+        if self.moe:
+            rows.append(("active parameters", f"{self.active_params / 1e9:.4g} B", "computed"))
+        for f_ in ("layers", "hidden_size", "heads", "kv_heads", "head_dim", "ffn_hidden_size",
+                   "vocab_size", "seq_len"):
+            rows.append((f_, f"{getattr(self, f_):,}", _cite(self.provenance, f_)))
+        return _html_table(f"model {self.name}: {self.description}", rows)
+
+
+def _replace(obj, changes: dict):
+    names = {f.name for f in dataclasses.fields(obj)} - {"provenance"}
+    bad = [k for k in changes if k not in names]
+    if bad:
+        raise SnlabError(f"{type(obj).__name__.lower()}.{bad[0]}", "no such field",
+                         ", ".join(sorted(names)))
+    from .presets import si_unit, validate  # late import: presets builds on specs
+    prov = dict(getattr(obj, "provenance", _EMPTY))
+    for key, value in changes.items():
+        for pk in [pk for pk in prov if pk == key or pk.endswith("." + key)]:
+            prov[pk] = Provenance(value, si_unit(pk), "changed by the user")
+    new = dataclasses.replace(obj, **changes)
+    if hasattr(obj, "provenance"):
+        object.__setattr__(new, "provenance", MappingProxyType(prov))
+    validate(new)
+    return new
+
+
+def _html_table(title: str, rows) -> str:
+    from html import escape
+    body = "".join(f"<tr><td>{escape(a)}</td><td>{escape(b)}</td><td><small>{escape(c)}</small></td></tr>"
+                   for a, b, c in rows)
+    return (f"<table><caption style='text-align:left'><b>{escape(title)}</b></caption>"
+            f"<tr><th>quantity</th><th>value</th><th>source</th></tr>{body}</table>")

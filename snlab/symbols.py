@@ -1,0 +1,213 @@
+"""The nomenclature: every symbol snlab uses, declared once.
+
+Each entry has a long Python name (used in the API and as the sympy symbol's name),
+a short LaTeX name (used when a formula shows itself), a unit (SI base units: bytes,
+s, FLOP, bytes/s, FLOP/s; ``1`` for dimensionless numbers and counts) and a meaning.
+``table_markdown()`` renders the table that the README links to.
+
+Symbols follow Narayanan et al. 2021 (arXiv 2104.04473) and Korthikanti et al. 2022
+(arXiv 2205.05198) where those papers name them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One symbol: its long name, LaTeX, unit, meaning and sympy assumptions."""
+
+    name: str
+    latex: str
+    unit: str
+    meaning: str
+    group: str
+    symbol: sp.Symbol
+
+
+# (name, latex, unit, meaning, assumption) grouped by topic. Assumptions: "int" =
+# positive integer, "nonneg_int" = integer >= 0, "pos" = positive real, "nonneg" = real >= 0.
+_TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
+    "model shape": [
+        ("layers", "L", "1", "transformer layers", "int"),
+        ("hidden_size", "h", "1", "hidden (model) dimension", "int"),
+        ("heads", "a", "1", "attention (query) heads", "int"),
+        ("kv_heads", r"a_{kv}", "1", "key/value heads (GQA; equal to a for MHA)", "int"),
+        ("head_dim", r"d_{h}", "1", "dimension of one attention head", "int"),
+        ("ffn_hidden_size", "f", "1", "hidden dimension of the dense MLP", "int"),
+        ("vocab_size", "V", "1", "vocabulary size", "int"),
+        ("seq_len", "s", "1", "sequence length (tokens per sequence)", "int"),
+        ("mlp_matrices", r"n_{mlp}", "1", "weight matrices per MLP: 2 plain, 3 gated (SwiGLU)", "int"),
+        ("bias", r"\beta_{b}", "1", "1 if linear layers have biases, else 0", "nonneg_int"),
+        ("norm_params", r"n_{norm}", "1", "parameters per hidden element of one norm: 2 LayerNorm, 1 RMSNorm, 0 to exclude", "nonneg_int"),
+        ("embedding_copies", r"n_{emb}", "1", "embedding matrices: 1 tied, 2 untied", "int"),
+        ("learned_positions", r"\lambda_{pos}", "1", "1 if absolute positions are learned (s x h parameters), else 0", "nonneg_int"),
+    ],
+    "mixture of experts": [
+        ("dense_layers", r"L_{d}", "1", "layers with a dense MLP (all layers for a dense model)", "nonneg_int"),
+        ("experts", "E", "1", "routed experts per MoE layer", "nonneg_int"),
+        ("experts_per_token", "k", "1", "routed experts each token is sent to (top-k)", "nonneg_int"),
+        ("shared_experts", r"E_{s}", "1", "shared experts every token uses", "nonneg_int"),
+        ("expert_ffn_hidden_size", r"f_{e}", "1", "hidden dimension of one expert's MLP", "nonneg_int"),
+    ],
+    "latent attention (MLA)": [
+        ("q_lora_rank", r"r_{q}", "1", "rank of the compressed query (0: queries not compressed)", "nonneg_int"),
+        ("kv_lora_rank", r"r_{kv}", "1", "rank of the compressed key/value latent d_c", "int"),
+        ("qk_nope_head_dim", r"d_{nope}", "1", "per-head query/key dimension without rotary part", "int"),
+        ("qk_rope_head_dim", r"d_{rope}", "1", "per-head rotary query/key dimension (key part shared by heads)", "int"),
+        ("v_head_dim", r"d_{v}", "1", "per-head value dimension", "int"),
+    ],
+    "parameters": [
+        ("params", "N", "1", "parameters of the whole model", "pos"),
+        ("active_params", r"N_{act}", "1", "parameters used per token (MoE: routed top-k plus shared)", "pos"),
+        ("attention_params", r"P_{att}", "1", "parameters of one attention block", "pos"),
+        ("mlp_params", r"P_{mlp}", "1", "parameters of one dense MLP block", "pos"),
+        ("moe_params", r"P_{moe}", "1", "parameters of one MoE block (all experts and router)", "pos"),
+        ("moe_active_params", r"P_{moe,act}", "1", "parameters of one MoE block used per token", "pos"),
+        ("matmul_params", r"N_{mm}", "1", "parameters of the transformer layers' weight matrices used per token", "pos"),
+        ("params_per_device", r"P_{dev}", "1", "parameters one device holds before ZeRO sharding", "pos"),
+    ],
+    "batch and parallelism": [
+        ("micro_batch", "b", "1", "micro-batch size (sequences)", "int"),
+        ("global_batch", "B", "1", "global batch size (sequences per step)", "int"),
+        ("tp", "t", "1", "tensor-parallel degree", "int"),
+        ("pp", "p", "1", "pipeline-parallel degree (stages)", "int"),
+        ("dp", "d", "1", "data-parallel degree", "int"),
+        ("ep", "e", "1", "expert-parallel degree", "int"),
+        ("cp", "c", "1", "context-parallel degree", "int"),
+        ("interleave", "v", "1", "model chunks (virtual stages) per pipeline stage", "int"),
+        ("micro_batches", "m", "1", "micro-batches per pipeline per step, B / (b d)", "int"),
+        ("tokens", "T", "1", "tokens processed", "pos"),
+        ("context_len", r"n_{ctx}", "1", "tokens each query attends to (s for training without causal skipping; current context in decode)", "nonneg"),
+        ("causal_fraction", r"\gamma_{c}", "1", "fraction of the s x s attention scores computed: 1 full, 1/2 for causal kernels that skip masked blocks", "pos"),
+    ],
+    "precision and memory": [
+        ("weight_bytes", r"q_{w}", "bytes", "bytes per weight (2 for bf16)", "pos"),
+        ("grad_bytes", r"q_{g}", "bytes", "bytes per gradient (2 bf16, 4 fp32)", "pos"),
+        ("optimizer_bytes", r"q_{o}", "bytes", "optimizer bytes per parameter (12 for mixed-precision Adam: fp32 master, momentum, variance)", "nonneg"),
+        ("kv_bytes", r"q_{kv}", "bytes", "bytes per KV-cache element", "pos"),
+        ("zero_stage", "z", "1", "ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +weights", "nonneg_int"),
+        ("zero_shards", r"d_{z}", "1", "devices the ZeRO state is sharded over (the data-parallel group)", "int"),
+        ("recompute", "r", "1", "activation recomputation: 0 none, 1 selective, 2 full", "nonneg_int"),
+        ("sequence_parallel", r"\sigma", "1", "1 with sequence parallelism, else 0", "nonneg_int"),
+        ("in_flight", r"n_{f}", "1", "micro-batches whose activations a stage holds at once", "pos"),
+        ("ffn_activation_width", r"f_{act}", "1", "MLP hidden width a token's activations span (f dense; (k + E_s) f_e MoE)", "pos"),
+        ("weight_memory", r"M_{w}", "bytes", "weight bytes per device", "nonneg"),
+        ("grad_memory", r"M_{g}", "bytes", "gradient bytes per device", "nonneg"),
+        ("optimizer_memory", r"M_{o}", "bytes", "optimizer-state bytes per device", "nonneg"),
+        ("model_state_memory", r"M_{state}", "bytes", "weights + gradients + optimizer state per device", "nonneg"),
+        ("activation_memory", r"M_{act}", "bytes", "activation bytes", "nonneg"),
+        ("kv_cache_memory", r"M_{kv}", "bytes", "KV-cache bytes", "nonneg"),
+        ("capacity", "C", "bytes", "memory capacity", "pos"),
+        ("used_memory", "U", "bytes", "memory needed", "nonneg"),
+    ],
+    "compute": [
+        ("flops", "W", "FLOP", "floating-point operations of a kernel or step (Williams et al. 2009: work)", "nonneg"),
+        ("bytes_moved", "Q", "bytes", "bytes a kernel moves to and from memory (Williams et al. 2009: traffic)", "nonneg"),
+        ("peak_flops", r"F_{peak}", "FLOP/s", "dense peak compute of one device", "pos"),
+        ("gemm_efficiency", r"\eta_{c}", "1", "achievable fraction of peak for large matrix multiplies", "pos"),
+        ("memory_bandwidth", r"B_{mem}", "bytes/s", "memory bandwidth of one device", "pos"),
+        ("memory_efficiency", r"\eta_{m}", "1", "achievable fraction of memory bandwidth", "pos"),
+        ("sustained_clock", r"\kappa", "1", "sustained / boost clock ratio (thermal or power throttling derating)", "pos"),
+        ("gemm_m", "M", "1", "rows of the left GEMM operand (tokens)", "int"),
+        ("gemm_k", "K", "1", "inner dimension of a GEMM", "int"),
+        ("gemm_n", r"N_{g}", "1", "columns of the right GEMM operand", "int"),
+        ("element_bytes", r"q", "bytes", "bytes per matrix element", "pos"),
+        ("forward_flops_per_token", r"F_{fwd}", "FLOP", "forward FLOPs per token", "nonneg"),
+        ("step_flops", r"W_{step}", "FLOP", "FLOPs of one training step", "nonneg"),
+        ("time", r"\tau", "s", "time", "nonneg"),
+    ],
+    "communication": [
+        ("message_bytes", "S", "bytes", "bytes in the collective's buffer (per device)", "nonneg"),
+        ("group_size", "n", "1", "devices taking part in a collective", "int"),
+        ("latency", r"\alpha", "s", "per-message (per-step) latency, software included", "nonneg"),
+        ("call_latency", r"\alpha_{0}", "s", "fixed cost of one collective call (launch and synchronisation)", "nonneg"),
+        ("link_bandwidth", r"\beta", "bytes/s", "link bandwidth per device, per direction", "pos"),
+        ("link_efficiency", r"\eta", "1", "achievable fraction of link bandwidth for collectives", "pos"),
+        ("inner_size", r"n_{1}", "1", "devices of the group inside one scale-up domain", "int"),
+        ("outer_size", r"n_{2}", "1", "scale-up domains the group spans", "int"),
+        ("inner_latency", r"\alpha_{1}", "s", "latency inside the scale-up domain", "nonneg"),
+        ("inner_bandwidth", r"\beta_{1}", "bytes/s", "scale-up bandwidth per device, per direction", "pos"),
+        ("inner_efficiency", r"\eta_{1}", "1", "achievable fraction of scale-up bandwidth", "pos"),
+        ("outer_latency", r"\alpha_{2}", "s", "latency across scale-up domains (scale-out)", "nonneg"),
+        ("outer_bandwidth", r"\beta_{2}", "bytes/s", "scale-out bandwidth per device, per direction", "pos"),
+        ("outer_efficiency", r"\eta_{2}", "1", "achievable fraction of scale-out bandwidth", "pos"),
+        ("overlap", r"\epsilon", "1", "fraction of the overlappable time hidden behind compute, in [0, 1]", "nonneg"),
+        ("compute_time", r"\tau_{c}", "s", "compute time", "nonneg"),
+        ("comm_time", r"\tau_{m}", "s", "communication time", "nonneg"),
+    ],
+    "serving": [
+        ("draft_tokens", r"k_{d}", "1", "draft tokens proposed per sequence per decode step (speculative decoding, MTP)", "nonneg_int"),
+        ("acceptance_rate", r"\alpha_{a}", "1", "probability that a draft token is accepted, each independently", "nonneg"),
+        ("tokens_per_step", r"\tau_{s}", "1", "expected tokens one sequence emits per decode step", "pos"),
+        ("step_time", r"\tau_{step}", "s", "time of one decode step (every sequence in flight advances once)", "pos"),
+        ("batch_sequences", r"n_{b}", "1", "sequences decoded together by one model replica", "int"),
+        ("mean_output_len", r"\mu_{o}", "1", "mean output length of a request (tokens)", "pos"),
+        ("decode_steps", r"n_{steps}", "1", "output tokens' worth of decode steps a batch runs", "pos"),
+        ("prefill_time", r"\tau_{pf}", "s", "prefill time of one request on its replica", "nonneg"),
+        ("throughput", "X", "tokens/s", "output tokens per second", "nonneg"),
+        ("local_bytes", r"Q_{loc}", "bytes", "bytes a step reads from the device's own HBM", "nonneg"),
+        ("far_bytes", r"Q_{far}", "bytes", "bytes a step reads from a far memory tier (pool, host, SSD)", "nonneg"),
+        ("far_bandwidth", r"B_{far}", "bytes/s", "bandwidth from a far memory tier to one device", "pos"),
+        ("far_latency", r"\alpha_{far}", "s", "latency of one read from a far memory tier", "nonneg"),
+        ("far_reads", r"n_{r}", "1", "separate reads from a far tier per step (one per layer)", "nonneg"),
+        ("far_time", r"\tau_{far}", "s", "time a step spends reading far memory tiers", "nonneg"),
+        ("inner_bytes", r"S_{1}", "bytes", "bytes a device sends to peers inside its scale-up domain", "nonneg"),
+        ("outer_bytes", r"S_{2}", "bytes", "bytes a device sends to other scale-up domains", "nonneg"),
+        ("expert_activation", r"\rho_{e}", "1", "expected fraction of a device's experts that receive at least one token", "nonneg"),
+        ("domains_per_token", r"n_{dom}", "1", "expected scale-up domains holding at least one of a token's experts", "nonneg"),
+        ("max_sequences", r"n_{max}", "1", "sequences whose KV cache fits in a capacity", "nonneg"),
+    ],
+}
+
+_ASSUME = {
+    "int": dict(integer=True, positive=True),
+    "nonneg_int": dict(integer=True, nonnegative=True),
+    "pos": dict(positive=True),
+    "nonneg": dict(nonnegative=True),
+}
+
+
+def _build() -> dict[str, Entry]:
+    entries: dict[str, Entry] = {}
+    for group, rows in _TABLE.items():
+        for name, latex, unit, meaning, assume in rows:
+            if name in entries:
+                raise RuntimeError(f"symbol {name!r} declared twice")
+            entries[name] = Entry(name, latex, unit, meaning, group,
+                                  sp.Symbol(name, **_ASSUME[assume]))
+    return entries
+
+
+NOMENCLATURE: dict[str, Entry] = _build()
+#: order of declaration, used to order a formula's arguments
+ORDER: dict[str, int] = {name: i for i, name in enumerate(NOMENCLATURE)}
+#: sympy symbol -> LaTeX name, for ``sympy.latex(expr, symbol_names=LATEX_NAMES)``
+LATEX_NAMES: dict[sp.Symbol, str] = {e.symbol: e.latex for e in NOMENCLATURE.values()}
+
+
+class _Symbols:
+    """Attribute access to the sympy symbols: ``sym.hidden_size``."""
+
+    def __getattr__(self, name: str) -> sp.Symbol:
+        try:
+            return NOMENCLATURE[name].symbol
+        except KeyError:
+            raise AttributeError(f"no symbol {name!r} in the nomenclature") from None
+
+    def __dir__(self):
+        return list(NOMENCLATURE)
+
+
+sym = _Symbols()
+
+
+def table_markdown() -> str:
+    """The nomenclature as a Markdown table (the README's symbol table)."""
+    lines = ["| symbol | name | unit | meaning |", "|---|---|---|---|"]
+    for e in NOMENCLATURE.values():
+        lines.append(f"| ${e.latex}$ | `{e.name}` | {e.unit} | {e.meaning} |")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""The communication wall: alpha-beta cost of point-to-point messages and collectives.
+
+A message of S bytes costs alpha + S / beta (Hockney 1994, Parallel Computing 20(3)).
+Collective costs over n devices with per-device, per-direction bandwidth beta follow
+Thakur, Rabenseifner and Gropp 2005 (IJHPCA 19(1)) and Patarasuk and Yuan 2009 (JPDC
+69(2)) for rings, and Sanders, Speck and Traff 2009 (Parallel Computing 35(12)) for the
+double binary tree. Every bandwidth term is divided by an achievable-efficiency factor
+eta (NCCL's measured bus bandwidth over the line rate), and every call pays a fixed
+alpha_0 (NCCL's base latency per collective, launch and synchronisation included). S is the full buffer each device
+holds (all-reduce, reduce-scatter input, all-gather output, all-to-all send buffer).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..formula import Formula
+from ..symbols import sym
+
+S, n, alpha, beta, eta = (sym.message_bytes, sym.group_size, sym.latency,
+                          sym.link_bandwidth, sym.link_efficiency)
+a0 = sym.call_latency
+n1, n2 = sym.inner_size, sym.outer_size
+a1, b1, e1 = sym.inner_latency, sym.inner_bandwidth, sym.inner_efficiency
+a2, b2, e2 = sym.outer_latency, sym.outer_bandwidth, sym.outer_efficiency
+
+point_to_point_time = Formula(
+    "point_to_point_time", "time",
+    a0 + alpha + S / (eta * beta),
+    "Hockney 1994",
+    "One message of S bytes between two devices.",
+)
+
+ring_all_reduce_time = Formula(
+    "ring_all_reduce_time", "time",
+    a0 + 2 * (n - 1) * alpha + 2 * (n - 1) / n * S / (eta * beta),
+    "Patarasuk and Yuan 2009; Thakur et al. 2005 (reduce-scatter then all-gather)",
+    "Ring all-reduce: 2(n-1) steps, each device sends 2(n-1)/n of the buffer.",
+)
+
+tree_all_reduce_time = Formula(
+    "tree_all_reduce_time", "time",
+    a0 + 2 * sp.log(n, 2) * alpha + 2 * S / (eta * beta),
+    "Sanders, Speck, Traff 2009 (two-tree reduce then broadcast, pipelined)",
+    "Double-binary-tree all-reduce: latency grows as log2 n, not n; each device "
+    "sends about 2S.",
+)
+
+reduce_scatter_time = Formula(
+    "reduce_scatter_time", "time",
+    a0 + (n - 1) * alpha + (n - 1) / n * S / (eta * beta),
+    "Thakur et al. 2005 (ring reduce-scatter)",
+    "Ring reduce-scatter of an S-byte buffer: each device ends with S/n reduced bytes.",
+)
+
+all_gather_time = Formula(
+    "all_gather_time", "time",
+    a0 + (n - 1) * alpha + (n - 1) / n * S / (eta * beta),
+    "Thakur et al. 2005 (ring all-gather)",
+    "Ring all-gather into an S-byte buffer: each device contributes S/n.",
+)
+
+all_to_all_time = Formula(
+    "all_to_all_time", "time",
+    a0 + (n - 1) * alpha + (n - 1) / n * S / (eta * beta),
+    "Thakur et al. 2005 (pairwise exchange on a non-blocking fabric)",
+    "All-to-all: each device sends S (n-1)/n bytes to the n-1 others.",
+)
+
+hierarchical_all_reduce_time = Formula(
+    "hierarchical_all_reduce_time", "time",
+    a0 + 2 * ((n1 - 1) * a1 + (n1 - 1) / n1 * S / (e1 * b1))
+    + 2 * (n2 - 1) * a2 + 2 * (n2 - 1) / n2 * (S / n1) / (e2 * b2),
+    "Jia et al. 2018 (arXiv 1807.11205) Sec. 4.2, hierarchical all-reduce: "
+    "reduce-scatter inside, all-reduce across on S/n_1, all-gather inside",
+    "Two-level all-reduce over n_1 devices per domain and n_2 domains: each device "
+    "sends only its 1/n_1 share across the scale-out level.",
+)
+
+hierarchical_reduce_scatter_time = Formula(
+    "hierarchical_reduce_scatter_time", "time",
+    a0 + (n1 - 1) * a1 + (n1 - 1) / n1 * S / (e1 * b1)
+    + (n2 - 1) * a2 + (n2 - 1) / n2 * (S / n1) / (e2 * b2),
+    "as hierarchical_all_reduce_time, one half",
+    "Two-level reduce-scatter (the same cost as the two-level all-gather).",
+)
+
+hierarchical_all_to_all_time = Formula(
+    "hierarchical_all_to_all_time", "time",
+    a0 + sp.Max((n1 - 1) * a1 + (n1 - 1) / (n1 * n2) * S / (e1 * b1),
+           (n2 - 1) * a2 + (n2 - 1) / n2 * S / (e2 * b2)),
+    "alpha-beta model on two levels; the levels run concurrently",
+    "All-to-all over n_1 n_2 devices: the share for peers in the same domain crosses "
+    "the scale-up level, the rest the scale-out level, at the same time; remote "
+    "messages to one domain are counted as one step.",
+)
+
+bus_bandwidth = Formula(
+    "bus_bandwidth", "link_bandwidth",
+    S / sym.time * 2 * (n - 1) / n,
+    "NCCL tests, doc/PERFORMANCE.md (busbw = algbw x 2(n-1)/n for all-reduce)",
+    "NCCL's bus bandwidth of an all-reduce that took tau: comparable to link bandwidth.",
+)
+
+# --- overlap ------------------------------------------------------------------------
+
+tc, tm, eps = sym.compute_time, sym.comm_time, sym.overlap
+
+overlapped_time = Formula(
+    "overlapped_time", "time",
+    tc + tm - eps * sp.Min(tc, tm),
+    "definition: an overlap level in [0, 1]; 0 gives C + M, 1 gives max(C, M)",
+    "Time of compute and communication that can run concurrently, with a fraction "
+    "epsilon of the shorter one hidden.",
+)

@@ -1,0 +1,126 @@
+"""The memory wall: model states under ZeRO, activations, KV cache, capacity.
+
+Model-state bytes follow Rajbhandari et al. 2019, ZeRO (arXiv 1910.02054), Sec. 3.1
+and Sec. 5 (stages P_os, P_os+g, P_os+g+p). Activation bytes per layer follow
+Korthikanti et al. 2022 (arXiv 2205.05198) Sec. 4 and Table 2, generalised to
+grouped-query attention and gated MLPs from the paper's own per-tensor breakdown
+(Sec. 4.1). KV-cache bytes: 2 L a_kv d_h per token for MHA/GQA; L (r_kv + d_rope) for
+DeepSeek's latent attention (DeepSeek-V2 report, arXiv 2405.04434, Table 1).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..formula import Formula
+from ..symbols import sym
+
+Pdev, qw, qg, qo, z, dz = (sym.params_per_device, sym.weight_bytes, sym.grad_bytes,
+                           sym.optimizer_bytes, sym.zero_stage, sym.zero_shards)
+
+
+def _shard(stage: int) -> sp.Expr:
+    """Divisor of a state that ZeRO shards from ``stage`` on."""
+    return sp.Piecewise((dz, z >= stage), (1, True))
+
+
+weight_memory = Formula(
+    "weight_memory", "weight_memory", Pdev * qw / _shard(3),
+    "ZeRO (Rajbhandari et al. 2019) Sec. 5.3: stage 3 partitions the parameters",
+    "Weight bytes per device; sharded over d_z from ZeRO stage 3.",
+)
+grad_memory = Formula(
+    "grad_memory", "grad_memory", Pdev * qg / _shard(2),
+    "ZeRO Sec. 5.2: stage 2 partitions the gradients",
+    "Gradient bytes per device; sharded over d_z from ZeRO stage 2. Megatron-LM keeps "
+    "fp32 gradients (q_g = 4) unless told otherwise.",
+)
+optimizer_memory = Formula(
+    "optimizer_memory", "optimizer_memory", Pdev * qo / _shard(1),
+    "ZeRO Sec. 3.1 (K = 12 for mixed-precision Adam) and Sec. 5.1 (stage 1)",
+    "Optimizer-state bytes per device; sharded over d_z from ZeRO stage 1.",
+)
+model_state_memory = Formula(
+    "model_state_memory", "model_state_memory",
+    weight_memory.expr + grad_memory.expr + optimizer_memory.expr,
+    "ZeRO Figure 1: (2 + 2 + K) Psi, K Psi / N_d, (2 + K) Psi / N_d, (2 + 2 + K) Psi / N_d",
+    "Weights + gradients + optimizer state per device.",
+)
+
+# --- activations (Korthikanti 2022) -----------------------------------------------
+
+s, b, h, a, t = sym.seq_len, sym.micro_batch, sym.hidden_size, sym.heads, sym.tp
+akv, dh, fact = sym.kv_heads, sym.head_dim, sym.ffn_activation_width
+nmlp, r, sigma = sym.mlp_matrices, sym.recompute, sym.sequence_parallel
+L, p, v, nf = sym.layers, sym.pp, sym.interleave, sym.in_flight
+V = sym.vocab_size
+
+# Korthikanti Sec. 4.1, per layer, 16-bit activations and 1-byte dropout masks:
+# kept whole under plain tensor parallelism (two LayerNorm inputs 4sbh, attention and
+# MLP inputs 2sbh each, two dropout masks sbh each): 10 sbh;
+_replicated = 10 * s * b * h
+# split by tensor parallelism: Q 2sbh, K and V 4 s b a_kv d_h, output-projection input
+# 2sbh, and the MLP's hidden tensors 2 n_mlp s b f (GeLU input and output for f = 4h:
+# 16 sbh; gate, up and product for SwiGLU): 24 sbh for GPT;
+_split = s * b * (4 * h + 4 * akv * dh + 2 * nmlp * fact)
+# attention scores: softmax output 2as^2b, its dropout mask as^2b, dropout output 2as^2b.
+_scores = 5 * a * s**2 * b
+
+activation_memory_per_layer = Formula(
+    "activation_memory_per_layer", "activation_memory",
+    sp.Piecewise(
+        (2 * s * b * h / t**sigma, sp.Eq(r, 2)),
+        (_replicated / t**sigma + _split / t, sp.Eq(r, 1)),
+        (_replicated / t**sigma + (_split + _scores) / t, True),
+    ),
+    "Korthikanti 2022 Table 2 and Sec. 4.1: s b h (34 + 5 a s / h) without parallelism",
+    "Activation bytes one layer keeps for one micro-batch. r = 0: everything "
+    "(s b h (10 + 24/t + 5 a s/(h t)), or s b h (34 + 5 a s/h)/t with sequence "
+    "parallelism); r = 1 (selective): without the 5 a s^2 b attention-score term; "
+    "r = 2 (full): only the layer input 2 s b h (/t with sequence parallelism).",
+)
+
+interleave_factor = sp.Piecewise((1, sp.Eq(v, 1)), (1 + (p - 1) / (p * v), True))
+
+activation_memory_first_stage = Formula(
+    "activation_memory_first_stage", "activation_memory",
+    sym.activation_memory * (L / p) * nf * interleave_factor,
+    "Korthikanti 2022 Sec. 4.2.3 (Eq. 5): the first 1F1B stage holds p micro-batches; "
+    "interleaving multiplies by 1 + (p - 1)/(p v)",
+    "Activation bytes of the most loaded (first) pipeline stage: per-layer bytes times "
+    "its L/p layers times the micro-batches in flight n_f = min(p, m).",
+)
+
+logits_memory = Formula(
+    "logits_memory", "activation_memory",
+    4 * s * b * V / t,
+    "Korthikanti 2022 Sec. 4.3 (fp32 logits 4 s b V / t on the last stage)",
+    "Bytes of the fp32 output logits of one micro-batch on the last pipeline stage.",
+)
+
+# --- KV cache -----------------------------------------------------------------------
+
+qkv, rkv, drope = sym.kv_bytes, sym.kv_lora_rank, sym.qk_rope_head_dim
+
+kv_cache_per_token_gqa = Formula(
+    "kv_cache_per_token_gqa", "kv_cache_memory",
+    2 * L * akv * dh * qkv,
+    "Pope et al. 2022, Efficiently Scaling Transformer Inference (arXiv 2211.05102) Sec. 2",
+    "KV-cache bytes per token of context per sequence, MHA or GQA.",
+)
+kv_cache_per_token_mla = Formula(
+    "kv_cache_per_token_mla", "kv_cache_memory",
+    L * (rkv + drope) * qkv,
+    "DeepSeek-V2 report (arXiv 2405.04434) Table 1: (d_c + d_h^R) l elements per token",
+    "KV-cache bytes per token per sequence with latent attention: the compressed latent "
+    "and the shared rotary key.",
+)
+
+# --- capacity -----------------------------------------------------------------------
+
+memory_headroom = Formula(
+    "memory_headroom", "capacity",
+    sym.capacity - sym.used_memory,
+    "definition",
+    "Bytes left over; negative means the job does not fit.",
+)
