@@ -101,8 +101,18 @@ def _cmd_formulas(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line naming the problem."""
+
+    def error(self, message: str):
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        prefix = f"{command}: " if command else ""
+        print(f"snlab: error: {prefix}{message} (see: {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="snlab", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="snlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("presets", help="list presets, or show one (as TOML to copy and edit)")

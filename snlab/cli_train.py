@@ -117,7 +117,7 @@ def _cmd_search(args) -> int:
     cols = ["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "zero", "recompute", "sequence_parallel",
             "step_time_s", "mfu", "tokens_per_s", "memory_total_bytes", "limited_by"]
     if args.json:
-        print(df[cols].to_json(orient="records", indent=2))
+        print(df[cols].to_json(orient="records", indent=2, double_precision=15))
         return 0
     if df.empty:
         print(f"no plan fits {args.model} on {args.devices} devices of {args.system}")

@@ -71,6 +71,19 @@ def _flags(name: str, values: list) -> np.ndarray:
     return np.asarray([float(bool(v)) for v in values])
 
 
+def _check_ranges(merged: dict) -> None:
+    """Values outside a field's range are errors in train and sweep alike (the plan
+    rules, which depend on the model and the other fields, are flagged per row)."""
+    for name, ok in (("zero", lambda v: v in (0, 1, 2, 3)),
+                     ("seq_len", lambda v: v is None or (float(v).is_integer() and v >= 1)),
+                     ("optimizer_bytes", lambda v: v >= 0)):
+        for v in _axis_values(name, merged[name]):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))):
+                raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
+            if not ok(v) or (v is not None and not math.isfinite(v)):
+                raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
+
+
 def _grid(model: Model, system: System, axes: dict) -> tuple[dict, dict, dict]:
     """The Cartesian product of the axes as flat arrays: (plan grid, hardware, labels)."""
     unknown = [k for k in axes if k not in PLAN_FIELDS and k not in SYSTEM_FIELDS
@@ -79,6 +92,7 @@ def _grid(model: Model, system: System, axes: dict) -> tuple[dict, dict, dict]:
         raise SnlabError(unknown[0], "not a plan or system field",
                          ", ".join(PLAN_FIELDS + SYSTEM_FIELDS + tuple(f"overlap_{c}" for c in pl.OVERLAP_CLASSES)))
     merged = {**pl.DEFAULTS, **axes}
+    _check_ranges(merged)
     if merged["global_batch"] is None:
         raise SnlabError("global_batch", "missing", "a multiple of micro_batch x dp (sequences per step)")
     if merged["seq_len"] is None:
@@ -201,6 +215,11 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
     g, hw, labels, broken, out = evaluate(m, s, plan, precision, devices)
     if broken[0] >= 0:
         rule = pl.RULES[int(broken[0])]
+        if rule.field == "degrees":
+            for name in ("tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "global_batch"):
+                value = float(g[name][0])
+                if value < 1 or not value.is_integer():
+                    raise SnlabError(name, f"got {value:g}", pl.ALLOWED[name].replace("a multiple", "a whole-number multiple"))
         raise SnlabError(rule.field, _rule_detail(rule, m, g), rule.message)
     row = {k: (v[0] if np.ndim(v) else v) for k, v in out.items()}
     plan_row = {k: (v[0] if np.ndim(v) else v) for k, v in g.items()}
@@ -224,7 +243,8 @@ def _rule_detail(rule: pl.Rule, model: Model, g: dict) -> str:
 
 
 def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, broken: np.ndarray,
-           out: dict):
+           out: dict, hw_axes: dict | None = None):
+    hw_axes = hw_axes or {}
     import pandas as pd
     n = broken.shape[0]
     zeros = np.zeros(n, dtype=np.int8)
@@ -240,6 +260,11 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
         if len(set(labels["overlap"])) == len(labels["overlap"]) else g["overlap"].astype(int)
     for cls in pl.OVERLAP_CLASSES:
         data[f"overlap_{cls}"] = g[f"overlap_{cls}"]
+    data["flash_attention"] = g["flash_attention"] > 0
+    data["grad_bytes"] = g["grad_bytes"]
+    data["optimizer_bytes"] = g["optimizer_bytes"]
+    for name in hw_axes:
+        data[name] = np.broadcast_to(hw_axes[name], (n,))
     valid = broken < 0
     for key, col in out.items():
         data[key] = np.broadcast_to(col, (n,))
@@ -274,7 +299,8 @@ def sweep(model, system, *, precision="bf16", devices=None, **axes):
                                                  _axis_values("precision", precision)):
         m, s = _resolve(m_spec, s_spec)
         g, hw, labels, broken, out = evaluate(m, s, axes, prec, devices)
-        frames.append(_frame(m, s, prec, g, labels, broken, out))
+        swept = {k: hw[k] for k in SYSTEM_FIELDS if k in axes}
+        frames.append(_frame(m, s, prec, g, labels, broken, out, swept))
     if len(frames) == 1:
         return frames[0]
     return pd.concat(frames, ignore_index=True)

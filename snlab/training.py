@@ -218,8 +218,10 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
                                    vocab_size=k["V"], tp=t), **roof)
     stage_fwd = layers * layer_fwd + logits_gemm + logits_elem
     score_time = cw.roofline_time(flops=0.0, bytes_moved=np.where(flash > 0, 0.0, score_bytes), **roof)
+    # full: the layers' forward again; selective: the attention scores again; FlashAttention
+    # recomputes the scores in its backward pass whatever the setting (Dao et al. 2022)
     recompute_time = np.where(r == 2, layers * layer_fwd,
-                              np.where(r == 1, layers * (attn_time + score_time), 0.0))
+                              np.where((r == 1) | (flash > 0), layers * (attn_time + score_time), 0.0))
     compute_mb = 3 * stage_fwd + recompute_time
 
     # ---- communication per micro-batch ----
@@ -256,7 +258,9 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
     o_mem = mw.optimizer_memory(**{x: state[x] for x in mw.optimizer_memory.arg_names})
     per_layer = np.where(r == 2, _act(2).evaluate(act),
                          np.where(r == 1, act_sel, act_run))
-    working = np.where(r == 2, act_run, 0.0)     # the layer being recomputed
+    # the layer being recomputed holds its full activations (full), or its attention
+    # scores again (selective without FlashAttention) while its backward runs
+    working = np.where(r == 2, act_run, np.where(r == 1, act_run - act_sel, 0.0))
     in_flight = np.minimum(p, m)
     first = mw.activation_memory_first_stage(activation_memory=per_layer, layers=layers * p, pp=p, in_flight=in_flight,
                                              interleave=v)
@@ -291,15 +295,17 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
     window_x = {x: (attn_window if x == "cp" else compute_mb) for x in parts}
     hideable = {x: ov[x] * np.minimum(parts[x], window_x[x]) for x in parts}
     comm_mb = sum(parts.values())
-    safe = np.where(comm_mb > 0, comm_mb, 1.0)
-    level = sum(hideable.values()) / safe      # effective overlap level of all classes
+    total_hideable = sum(hideable.values())
+    # one effective overlap level: hides min(hideable, compute), never more than either
+    shorter = np.minimum(compute_mb, comm_mb)
+    level = np.where(shorter > 0, np.minimum(total_hideable, compute_mb) / np.where(shorter > 0, shorter, 1.0), 0.0)
     mb_time = cm.overlapped_time(compute_time=compute_mb, comm_time=comm_mb, overlap=level)
     hidden = compute_mb + comm_mb - mb_time     # shared out in proportion to what is hideable
-    share_hidden = {x: np.where(comm_mb > 0, hideable[x] / np.where(level > 0, level * safe, 1.0), 0.0)
+    share_hidden = {x: np.where(total_hideable > 0, hideable[x] / np.where(total_hideable > 0, total_hideable, 1.0), 0.0)
                     for x in parts}
     bubble_frac = cw.pipeline_bubble_fraction(pp=p, interleave=v, micro_batches=m)
     bubble = bubble_frac * m * mb_time
-    window = 2 * stage_fwd                       # backward of the last micro-batch
+    window = mb_time * 2 / 3                     # the backward pass of the last micro-batch
     dp_total = cm.overlapped_time(compute_time=window, comm_time=dp_step, overlap=ov["dp"])
     dp_exposed = dp_total - window
     step = m * mb_time + bubble + dp_exposed + optimizer + offload_opt
