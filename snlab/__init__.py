@@ -27,11 +27,14 @@ _LAZY = {
     "symbols": "snlab.symbols",
     "units": "snlab.units",
     "presets": "snlab.presets",
+    "charts": "snlab.charts",
+    "widgets": "snlab.widgets",
 }
 
 
 _LAZY_FUNCTIONS = {
     "train": "snlab.planner", "sweep": "snlab.planner", "search": "snlab.planner",
+    "serve": "snlab.serve_planner", "serve_sweep": "snlab.serve_planner", "serve_best": "snlab.serve_planner",
 }
 
 
@@ -45,5 +48,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'snlab' has no attribute {name!r}")
 
 
-__all__ = ["train", "sweep", "search", "device", "model", "system", "Device", "Model", "System", "SnlabError",
+__all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "device", "model", "system", "Device", "Model", "System", "SnlabError",
            "UnknownPresetError", "walls", "sizing", "symbols", "formulas", "presets"]

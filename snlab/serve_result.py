@@ -1,0 +1,175 @@
+"""The result of one serving deployment: JSON form, text table and Jupyter display."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from html import escape
+
+from .serving import DTYPE_BYTES, KV_LOCATIONS, KV_TIERS, OUTPUT_DISTS
+from .specs import Model, System
+from .units import fmt_bytes, fmt_seconds
+
+_TIME_PARTS = ("kv", "weights", "dense", "experts", "attention", "tp", "ep", "pp")
+_WALLS = ("compute", "memory", "communication")
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    """One deployment of a model on a system: latencies, throughputs, KV placement.
+
+    Times are seconds, throughputs tokens per second, memory bytes per device.
+    ``time_s`` holds the parts of one decode step (``kv`` and ``weights`` are memory
+    reads, ``dense``/``experts``/``attention`` rooflines, ``tp``/``ep``/``pp``
+    communication; ``ep_exposed`` what two-batch overlap leaves visible).
+    """
+
+    model: str
+    system: str
+    deployment: dict
+    devices: int
+    ttft_s: float
+    tpot_s: float
+    decode_step_s: float
+    tokens_per_step: float
+    decode_tokens_per_s: float
+    decode_tokens_per_s_per_device: float
+    prefill_tokens_per_s_per_device: float
+    weights_bytes_per_device: float
+    kv_cache_bytes_per_device: float
+    kv_location: str
+    fits: bool
+    limited_by: str
+    reason: str
+    kv_bytes_per_device: dict = field(repr=False)
+    kv: dict = field(repr=False)
+    time_s: dict = field(repr=False)
+    limits: dict = field(repr=False)
+    batching: dict = field(repr=False)
+
+    @classmethod
+    def from_row(cls, model: Model, system: System, g: dict, row: dict) -> "ServeResult":
+        dtypes = list(DTYPE_BYTES)
+        dep = {k: int(g[k]) for k in ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context",
+                                      "draft_tokens", "microbatches", "prefill_batch")}
+        dep.update(capacity_context=int(g["capacity_context"]), acceptance=g["acceptance"],
+                   weight_dtype=dtypes[int(g["weight_dtype"])], kv_dtype=dtypes[int(g["kv_dtype"])],
+                   hbm_utilization=g["hbm_utilization"], pool_share=g["pool_share"], ep_overlap=g["ep_overlap"],
+                   kv_offload=("hbm", "auto")[int(g["kv_offload"])],
+                   output_dist=OUTPUT_DISTS[int(g["output_dist"])])
+        location = KV_LOCATIONS[int(row["kv_location"])]
+        by_tier = {t: row[f"kv_{t}_bytes_per_device"] for t in KV_TIERS}
+        if not row["fits_weights"]:
+            reason = (f"weights need {fmt_bytes(row['weights_bytes_per_device'])} per device; "
+                      f"{system.device.name} offers {fmt_bytes(g['hbm_utilization'] * system.device.hbm_capacity)} "
+                      f"({g['hbm_utilization']:.0%} of HBM)")
+        elif not row["fits"]:
+            reason = (f"KV cache needs {fmt_bytes(row['kv_cache_bytes_per_device'])} per device; "
+                      f"{fmt_bytes(row['kv_unplaced_bytes_per_device'])} finds no room in any tier")
+        else:
+            used = [f"{fmt_bytes(v)} {t}" for t, v in by_tier.items() if v > 0]
+            reason = "KV cache in " + (", ".join(used) if used else "HBM (empty)")
+        walls = {w: row[f"wall_{w}_s"] for w in _WALLS}
+        limited = "memory" if not row["fits"] else max(walls, key=walls.get)
+        time_s = {p: row[f"time_{p}_s"] for p in _TIME_PARTS}
+        time_s["ep_exposed"] = row["exposed_ep_s"]
+        time_s["walls"] = walls
+        time_s["prefill"] = {"tp": row["prefill_time_tp_s"], "ep": row["prefill_time_ep_s"],
+                             "ep_exposed": row["prefill_exposed_ep_s"]}
+        kv = {"bytes_per_token": row["kv_bytes_per_token"],
+              "read_bytes_per_step_per_device": row["kv_read_bytes_per_step_per_device"],
+              "time_per_output_token_s": row["kv_time_per_output_token_s"],
+              "spill_slowdown": row["kv_spill_slowdown"]}
+        limits = {"max_batch": int(row["max_batch"]), "max_batch_hbm": int(row["max_batch_hbm"]),
+                  "max_context": int(row["max_context"]), "max_context_hbm": int(row["max_context_hbm"])}
+        batching = {"continuous_tokens_per_s_per_device": row["continuous_tokens_per_s_per_device"],
+                    "static_tokens_per_s_per_device": row["static_tokens_per_s_per_device"],
+                    "continuous_over_static": row["continuous_over_static"]}
+        return cls(model=model.name, system=system.name, deployment=dep, devices=int(row["devices"]),
+                   ttft_s=row["ttft_s"], tpot_s=row["tpot_s"], decode_step_s=row["decode_step_s"],
+                   tokens_per_step=row["tokens_per_step"], decode_tokens_per_s=row["decode_tokens_per_s"],
+                   decode_tokens_per_s_per_device=row["decode_tokens_per_s_per_device"],
+                   prefill_tokens_per_s_per_device=row["prefill_tokens_per_s_per_device"],
+                   weights_bytes_per_device=row["weights_bytes_per_device"],
+                   kv_cache_bytes_per_device=row["kv_cache_bytes_per_device"], kv_location=location,
+                   fits=bool(row["fits"]), limited_by=limited, reason=reason, kv_bytes_per_device=by_tier,
+                   kv=kv, time_s=time_s, limits=limits, batching=batching)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dictionary; keys mirror the attributes."""
+        return {
+            "model": self.model, "system": self.system, "devices": self.devices, "deployment": self.deployment,
+            "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "decode_step_s": self.decode_step_s,
+            "tokens_per_step": self.tokens_per_step, "decode_tokens_per_s": self.decode_tokens_per_s,
+            "decode_tokens_per_s_per_device": self.decode_tokens_per_s_per_device,
+            "prefill_tokens_per_s_per_device": self.prefill_tokens_per_s_per_device,
+            "weights_bytes_per_device": self.weights_bytes_per_device,
+            "kv_cache_bytes_per_device": self.kv_cache_bytes_per_device, "kv_location": self.kv_location,
+            "kv_bytes_per_device": self.kv_bytes_per_device, "kv": self.kv, "fits": self.fits,
+            "limited_by": self.limited_by, "reason": self.reason, "time_s": self.time_s, "limits": self.limits,
+            "batching": self.batching,
+        }
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        t, kv = self.time_s, self.kv
+        tiers = ", ".join(f"{tier} {fmt_bytes(v)}" for tier, v in self.kv_bytes_per_device.items() if v > 0)
+        rows = [
+            ("time to first token", fmt_seconds(self.ttft_s)),
+            ("time per output token", f"{fmt_seconds(self.tpot_s)} ({self.tokens_per_step:.3g} tokens per "
+                                      f"{fmt_seconds(self.decode_step_s)} step)"),
+            ("decode tokens/s per device", f"{self.decode_tokens_per_s_per_device:,.0f} "
+                                           f"({self.decode_tokens_per_s:,.0f} for all {self.devices})"),
+            ("prefill tokens/s per device", f"{self.prefill_tokens_per_s_per_device:,.0f}"),
+            ("weights per device", fmt_bytes(self.weights_bytes_per_device)),
+            ("KV cache per device", f"{fmt_bytes(self.kv_cache_bytes_per_device)} "
+                                    f"({fmt_bytes(kv['bytes_per_token'])} per token per sequence)"),
+            ("KV cache lives in", f"{self.kv_location}" + (f" ({tiers})" if tiers else "")),
+            ("KV read per step", f"{fmt_bytes(kv['read_bytes_per_step_per_device'])} per device in "
+                                 f"{fmt_seconds(t['kv'])}, {fmt_seconds(kv['time_per_output_token_s'])} per "
+                                 f"output token, {kv['spill_slowdown']:.3g}x its HBM time"),
+            ("fits", ("yes" if self.fits else "NO") + f": {self.reason}"),
+            ("largest batch that fits", f"{self.limits['max_batch']:,} ({self.limits['max_batch_hbm']:,} in HBM)"),
+            ("largest context at this batch", f"{self.limits['max_context']:,} tokens "
+                                              f"({self.limits['max_context_hbm']:,} in HBM)"),
+            ("limited by", self.limited_by),
+            ("  step: weights read", fmt_seconds(t["weights"])),
+            ("  step: attention (KV read or math)", fmt_seconds(t["attention"])),
+        ]
+        if t["experts"] > 0:
+            rows.append(("  step: routed experts", fmt_seconds(t["experts"])))
+        for part, label in (("tp", "tensor-parallel all-reduces"), ("ep", "expert all-to-alls"),
+                            ("pp", "pipeline sends")):
+            if t[part] > 0:
+                extra = f" (exposed {fmt_seconds(t['ep_exposed'])})" if part == "ep" else ""
+                rows.append((f"  step: {label}", fmt_seconds(t[part]) + extra))
+        b = self.batching
+        rows.append(("continuous vs static batching", f"{b['continuous_tokens_per_s_per_device']:,.0f} vs "
+                     f"{b['static_tokens_per_s_per_device']:,.0f} tokens/s per device "
+                     f"({b['continuous_over_static']:.2f}x, prefill included)"))
+        return rows
+
+    def deployment_text(self) -> str:
+        """The deployment in one line: degrees, batch, lengths, precisions, drafts."""
+        d = self.deployment
+        plural = "s" if d["draft_tokens"] > 1 else ""
+        spec = (f", {d['draft_tokens']} draft token{plural} at {d['acceptance']:.0%} acceptance"
+                if d["draft_tokens"] else "")
+        tbo = ", two-batch overlap" if d["microbatches"] == 2 else ""
+        return (f"tp={d['tp']} pp={d['pp']} dp={d['dp']} ep={d['ep']}, batch {d['batch']:,}, prompt "
+                f"{d['prompt_len']:,} + output {d['output_len']:,} tokens, KV length {d['context']:,}, "
+                f"weights {d['weight_dtype']}, KV {d['kv_dtype']}{spec}{tbo}")
+
+    def headline(self) -> str:
+        return f"{self.model} on {self.system}, {self.devices} devices: {self.deployment_text()}"
+
+    def __str__(self) -> str:
+        rows = self.summary_rows()
+        width = max(len(a) for a, _ in rows)
+        return self.headline() + "\n" + "\n".join(f"  {a:<{width}}  {b}" for a, b in rows)
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><td>{escape(a)}</td><td>{escape(b)}</td></tr>" for a, b in self.summary_rows())
+        return f"<table><caption style='text-align:left'><b>{escape(self.headline())}</b></caption>{body}</table>"

@@ -1,0 +1,170 @@
+"""The serving planner: results, KV placement, limits, batching, bad input, sweeps."""
+
+import json
+
+import pytest
+
+import snlab
+from snlab import SnlabError
+from snlab.serve_planner import serve, serve_best, serve_sweep
+
+LONG = dict(tp=8, prompt_len=1_000_000, output_len=1000, context=1_000_000)
+REQUIRED_KEYS = {"ttft_s", "tpot_s", "decode_tokens_per_s_per_device", "prefill_tokens_per_s_per_device",
+                 "kv_cache_bytes_per_device", "weights_bytes_per_device", "fits", "kv_location"}
+
+
+def test_serve_is_exported_lazily():
+    assert snlab.serve is serve and snlab.serve_sweep is serve_sweep
+
+
+def test_result_has_the_issue_keys_and_is_json():
+    r = serve("llama3-8b", "dgx-h100", batch=16, prompt_len=1000, output_len=200)
+    d = json.loads(r.to_json())
+    assert REQUIRED_KEYS <= set(d)
+    assert "time per output token" in str(r) and "<table>" in r._repr_html_()
+
+
+def test_long_context_kv_bytes_follow_the_primer():
+    """1M tokens of llama3-70b: 327,680 bytes per token (PRIMER), split over tp = 8 KV heads."""
+    r = serve("llama3-70b", "dgx-h100", batch=4, **LONG)
+    assert r.kv_cache_bytes_per_device == pytest.approx(4 * 1e6 * 327_680 / 8)
+    assert sum(r.kv_bytes_per_device.values()) == pytest.approx(r.kv_cache_bytes_per_device)
+
+
+def test_where_the_kv_cache_lives():
+    """Four 1M-token sequences of a 70B model: 164 GB per device. A DGX H100 spills to host
+    memory over PCIe; CloudMatrix384 into its peers' HBM over the unified bus; with spilling
+    forbidden neither fits."""
+    dgx = serve("llama3-70b", "dgx-h100", batch=4, **LONG)
+    cm = serve("llama3-70b", "cloudmatrix384", batch=4, **LONG)
+    assert dgx.kv_location == "host" and cm.kv_location == "pool"
+    assert dgx.fits and cm.fits
+    # the pool's 392 GB/s against PCIe's 63 GB/s: the spilled part costs far less per token
+    assert cm.kv["time_per_output_token_s"] < dgx.kv["time_per_output_token_s"] / 5
+    assert cm.decode_tokens_per_s_per_device > 5 * dgx.decode_tokens_per_s_per_device
+    local = serve("llama3-70b", "dgx-h100", batch=4, kv_offload="hbm", **LONG)
+    assert not local.fits and local.kv_location == "does not fit" and "no room" in local.reason
+
+
+def test_one_sequence_of_1m_tokens_fits_a_dgx_h100_node_in_hbm():
+    r = serve("llama3-70b", "dgx-h100", batch=1, **LONG)
+    assert r.kv_location == "hbm" and r.kv["spill_slowdown"] == pytest.approx(1.0)
+    assert r.limits["max_batch_hbm"] == 1
+
+
+def test_largest_batch_is_the_edge_of_hbm():
+    base = dict(tp=8, prompt_len=8000, output_len=192)
+    edge = serve("llama3-70b", "dgx-h100", batch=1, **base).limits["max_batch_hbm"]
+    assert serve("llama3-70b", "dgx-h100", batch=edge, **base).kv_location == "hbm"
+    assert serve("llama3-70b", "dgx-h100", batch=edge + 1, **base).kv_location == "host"
+
+
+def test_weights_that_do_not_fit_are_reported_not_raised():
+    r = serve("llama3-405b", "dgx-h100", tp=1, prompt_len=100, output_len=10)
+    assert not r.fits and "weights need" in r.reason
+
+
+def test_mla_kv_cache_is_not_split_by_tensor_parallelism():
+    """MLA's latent is shared by all heads: every tensor-parallel rank keeps all of it,
+    which is why DeepSeek is served with data-parallel attention."""
+    a = serve("deepseek-v3", "cloudmatrix384", tp=8, ep=8, batch=8, prompt_len=4096, output_len=1, context=4096,
+              weight_dtype="int8")
+    b = serve("deepseek-v3", "cloudmatrix384", dp=8, ep=8, batch=8, prompt_len=4096, output_len=1, context=4096,
+              weight_dtype="int8")
+    assert a.kv_cache_bytes_per_device == pytest.approx(8 * b.kv_cache_bytes_per_device)
+
+
+def test_large_ep_decode_on_a_supernode_and_on_dgx_nodes():
+    """DeepSeek-V3 at EP144: the all-to-all crosses InfiniBand between 18 DGX nodes but
+    stays on the unified bus inside CloudMatrix384."""
+    dep = dict(dp=144, ep=144, batch=144 * 96, prompt_len=4096, output_len=256, weight_dtype="int8",
+               draft_tokens=1, acceptance=0.7, microbatches=2)
+    dgx = serve("deepseek-v3", "dgx-h100", **dep)
+    cm = serve("deepseek-v3", "cloudmatrix384", **dep)
+    assert dgx.time_s["ep"] > 2 * cm.time_s["ep"]
+    assert dgx.limited_by == "communication"
+    assert cm.decode_tokens_per_s_per_device > dgx.decode_tokens_per_s_per_device
+
+
+def test_speculative_decoding_helps_most_when_memory_bound():
+    """At small batch a step is bound by weight reads, so verifying a draft is nearly free
+    and MTP raises throughput; at large batch the step is compute-bound and the gain
+    shrinks (Zuo et al. 2025 report +6% to +49% for MTP)."""
+    gains = []
+    for per in (8, 128):
+        dep = dict(dp=160, ep=160, batch=160 * per, prompt_len=4096, output_len=256, weight_dtype="int8")
+        r0 = serve("deepseek-v3", "cloudmatrix384", **dep)
+        r1 = serve("deepseek-v3", "cloudmatrix384", **dep, draft_tokens=1, acceptance=0.7)
+        assert r1.tokens_per_step == pytest.approx(1.7)
+        gains.append(r1.decode_tokens_per_s_per_device / r0.decode_tokens_per_s_per_device - 1)
+    assert gains[0] > 0.3 and gains[1] < gains[0]
+
+
+def test_continuous_batching():
+    dep = dict(tp=8, batch=64, prompt_len=512, output_len=512)
+    expo = serve("llama3-70b", "dgx-h100", **dep)
+    fixed = serve("llama3-70b", "dgx-h100", output_dist="fixed", **dep)
+    assert fixed.batching["continuous_over_static"] == pytest.approx(1.0)
+    assert expo.batching["continuous_over_static"] > 2.0
+    # without prefill on the replica the continuous rate is the decode rate
+    assert expo.batching["continuous_tokens_per_s_per_device"] < expo.decode_tokens_per_s_per_device
+
+
+def test_pipeline_parallelism_trades_latency_for_capacity():
+    dep = dict(batch=8, prompt_len=2000, output_len=200)
+    tp = serve("llama3-70b", "dgx-h100", tp=8, **dep)
+    pp = serve("llama3-70b", "dgx-h100", tp=4, pp=2, **dep)
+    assert pp.weights_bytes_per_device == pytest.approx(tp.weights_bytes_per_device, rel=0.05)
+    assert pp.time_s["pp"] > 0 and tp.time_s["pp"] == 0
+
+
+def test_best_batch_under_a_tpot_target():
+    dep = dict(dp=160, ep=160, prompt_len=4096, output_len=256, weight_dtype="int8", draft_tokens=1,
+               acceptance=0.7, microbatches=2)
+    best = serve_best("deepseek-v3", "cloudmatrix384", tpot_target=0.05, **dep)
+    assert best.tpot_s <= 0.05 and best.fits
+    df = serve_sweep("deepseek-v3", "cloudmatrix384", batch=[160 * b for b in (8, 32, 64, 96, 128, 192, 256)], **dep)
+    ok = df[(df.tpot_s <= 0.05) & df.fits]
+    assert best.decode_tokens_per_s_per_device >= ok.decode_tokens_per_s_per_device.max() - 1e-6
+    with pytest.raises(SnlabError, match="tpot_target"):
+        serve_best("deepseek-v3", "cloudmatrix384", tpot_target="1 us", **dep)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(tp=3), "tp"),
+    (dict(dp=2, batch=3), "batch"),
+    (dict(ep=2), "ep"),                                 # dense model
+    (dict(acceptance=1.5, draft_tokens=1), "draft_tokens"),
+    (dict(microbatches=3), "microbatches"),
+    (dict(hbm_utilization=0), "hbm_utilization"),
+    (dict(weight_dtype="fp9"), "weight_dtype"),
+    (dict(kv_offload="disk"), "kv_offload"),
+    (dict(prompt_len=None), "prompt_len"),
+    (dict(batch=[1, 2]), "batch"),
+    (dict(bogus=1), "bogus"),
+])
+def test_bad_input_names_the_field(kw, field):
+    dep = {**dict(tp=1, prompt_len=100, output_len=10), **kw}
+    with pytest.raises(SnlabError) as info:
+        serve("llama3-8b", "dgx-h100", **dep)
+    assert info.value.field == field and "allowed" in str(info.value)
+
+
+def test_too_many_devices_for_the_system():
+    with pytest.raises(SnlabError, match="devices"):
+        serve("llama3-8b", "cloudmatrix384", dp=512, batch=512, prompt_len=10, output_len=10)
+
+
+def test_sweep_flags_rows_instead_of_raising():
+    df = serve_sweep("llama3-70b", ["dgx-h100", "cloudmatrix384"], tp=[3, 8], batch=[1, 8], prompt_len=1_000_000,
+                     output_len=1000, context=1_000_000, kv_offload=["auto", "hbm"],
+                     hbm_bandwidth=[3.35e12, "4.8 TB/s"])
+    assert len(df) == 2 * 2 * 2 * 2 * 2
+    bad = df[df.tp == 3]
+    assert not bad.valid.any() and (bad.reason.astype(str).str.contains("tensor-parallel")).all()
+    nofit = df[(df.tp == 8) & (df.batch == 8) & (df.kv_offload == "hbm")]
+    assert (~nofit.fits).all() and (nofit.reason == "KV cache does not fit in any memory tier").all()
+    assert set(df.hbm_bandwidth.unique()) == {3.35e12, 4.8e12}
+    good = df[df.valid & df.fits]
+    assert (good.tpot_s > 0).all() and set(good.kv_location.astype(str)) == {"hbm", "pool", "ssd"}
+    assert {"tpot_s", "ttft_s", "kv_cache_bytes_per_device", "limited_by"} <= set(df.columns)

@@ -1,0 +1,53 @@
+"""The snlab serve command: table, comparison, JSON keys, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+LONG = ["--model", "llama3-70b", "--tp", "8", "--batch", "4", "--prompt-len", "1M", "--output-len", "1000",
+        "--context", "1M"]
+
+
+def run(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "snlab", "serve", *args], capture_output=True, text=True)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_json_has_the_issue_keys():
+    out = json.loads(run(*LONG, "--system", "cloudmatrix384", "--json").stdout)
+    for key in ("ttft_s", "tpot_s", "decode_tokens_per_s_per_device", "prefill_tokens_per_s_per_device",
+                "kv_cache_bytes_per_device", "weights_bytes_per_device", "fits", "kv_location"):
+        assert key in out
+    assert out["kv_location"] == "pool" and out["deployment"]["context"] == 1_000_000
+
+
+def test_side_by_side_shows_where_the_kv_cache_lives():
+    out = run(*LONG, "--system", "dgx-h100,cloudmatrix384").stdout
+    assert "KV cache lives in" in out and "host" in out and "pool" in out
+    assert "KV time per output token" in out and "decode tokens/s per device" in out
+
+
+def test_table_and_tpot_target():
+    out = run("--model", "deepseek-v3", "--system", "cloudmatrix384", "--dp", "160", "--ep", "160",
+              "--prompt-len", "4096", "--output-len", "256", "--weight-dtype", "int8", "--draft-tokens", "1",
+              "--acceptance", "0.7", "--microbatches", "2", "--tpot-target", "50ms").stdout
+    assert out.startswith("best batch with time per output token <= 50ms")
+    assert "expert all-to-alls" in out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--system", "dgx-h100", "--tp", "3", "--prompt-len", "10", "--output-len", "10"], "tp: broken rule"),
+    (["--system", "dgx-h100", "--batch", "x", "--prompt-len", "10", "--output-len", "10"], "batch: got 'x'"),
+    (["--system", "dgx-h100", "--output-len", "10"], "prompt_len: missing"),
+    (["--system", "nope", "--prompt-len", "10", "--output-len", "10"], "unknown system preset 'nope'"),
+    (["--system", "dgx-h100", "--prompt-len", "10", "--output-len", "10", "--kv-dtype", "fp3"], "kv_dtype"),
+])
+def test_errors_are_one_line(args, needle):
+    proc = run("--model", "llama3-70b", *args, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("snlab: error:") and needle in lines[0]
