@@ -111,6 +111,17 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _cmd_evidence(args) -> int:
+    from . import claims, validation
+    if args.part in ("all", "accuracy"):
+        print(validation.summary_markdown())
+    if args.part == "all":
+        print()
+    if args.part in ("all", "claims"):
+        print(claims.table_markdown())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formulas", help="every formula of the three walls")
     p.add_argument("--latex", action="store_true")
     p.set_defaults(func=_cmd_formulas)
+
+    p = sub.add_parser("evidence", help="accuracy against published runs, and the article's claims (Markdown)")
+    p.add_argument("part", nargs="?", choices=["all", "accuracy", "claims"], default="all")
+    p.set_defaults(func=_cmd_evidence)
 
     for name in _COMMAND_MODULES:
         import_module(name).register(sub)

@@ -1,0 +1,41 @@
+"""Every shipped published run (training, memory, serving) within its tolerance, and
+the summary the README quotes."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from snlab import validation
+
+TABLE = validation.table()
+
+
+@pytest.mark.parametrize("row", TABLE[TABLE.kind == "memory"].to_dict("records"),
+                         ids=list(TABLE[TABLE.kind == "memory"]["id"]))
+def test_memory_figures_within_tolerance(row):
+    assert abs(row["error"]) <= row["tolerance"], row
+
+
+def test_every_run_has_a_known_source():
+    from snlab.presets import bibliography
+    assert set(TABLE["source"]) <= set(bibliography())
+
+
+def test_parity_chart_has_every_run():
+    spec = validation.parity_chart(TABLE).to_dict()
+    values = next(iter(spec["datasets"].values()))
+    assert {v["id"] for v in values} == set(TABLE["id"])
+
+
+def test_readme_summary_matches_the_table():
+    """The README's accuracy summary quotes the numbers this table computes."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    summary = validation.summary(TABLE)
+    for row in summary.itertuples():
+        line = next((l for l in readme.splitlines() if l.startswith(f"| {row.kind} | {row.source} |")), None)
+        assert line is not None, f"README lacks the summary row for {row.kind} / {row.source}"
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[2] == str(row.runs)
+        assert cells[3] == f"{row.median_abs_error:.1%}" and cells[4] == f"{row.worst_abs_error:.1%}"
+        assert cells[5] == f"{row.within}/{row.runs}"
