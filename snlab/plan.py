@@ -99,7 +99,8 @@ RULES = (
     Rule("tp", "tensor-parallel degree tp must be a whole number >= 1 that divides the attention heads"),
     Rule("tp", "tensor-parallel degree tp must divide the key/value heads, or be a multiple of them"),
     Rule("pp", "pipeline degree pp must be from 1 to the number of layers"),
-    Rule("interleave", "with interleaving (interleave > 1) layers must be divisible by pp x interleave, and pp > 1"),
+    Rule("interleave", "with interleaving (interleave > 1) layers must be divisible by pp x interleave, pp > 1, "
+                       "and the micro-batches per step (global_batch / (micro_batch x dp)) a multiple of pp"),
     Rule("cp", "context-parallel degree cp must divide the sequence length"),
     Rule("ep", "expert-parallel degree ep must divide dp x cp and the number of experts (1 for dense models)"),
     Rule("global_batch", "global batch must be a multiple of micro_batch x dp"),
@@ -124,7 +125,8 @@ def violations(model: Model, g: dict, devices=None) -> np.ndarray:
         (t < 1) | (model.heads % np.maximum(t, 1) != 0),
         (model.kv_heads % np.maximum(t, 1) != 0) & (t % model.kv_heads != 0),
         (p < 1) | (p > model.layers),
-        ((v > 1) & ((model.layers % np.maximum(p * v, 1) != 0) | (p == 1))) | (v < 1),
+        ((v > 1) & ((model.layers % np.maximum(p * v, 1) != 0) | (p == 1)
+                    | ((B // np.maximum(b * d, 1)) % np.maximum(p, 1) != 0))) | (v < 1),
         (c < 1) | (s % np.maximum(c, 1) != 0),
         (e < 1) | ((d * c) % np.maximum(e, 1) != 0) | (experts % np.maximum(e, 1) != 0),
         (B % np.maximum(b * d, 1) != 0) | (B < b * d),

@@ -146,6 +146,10 @@ def model_constants(model: Model) -> dict[str, float]:
     return dict(
         L=float(L), h=float(model.hidden_size), a=float(model.heads), akv=float(model.kv_heads),
         dh=float(model.head_dim), dh_flops=float(sizing.attention_head_dim(model)),
+        # K and V tensors a layer keeps: with latent attention every head has its own
+        # up-projected key (d_nope + d_rope) and value (d_v)
+        akv_act=float(model.heads if model.mla else model.kv_heads),
+        dh_act=float(sizing.attention_head_dim(model)),
         V=float(model.vocab_size), n_mlp=float(n_mlp), f_act=float(f_act),
         # per-layer matmul weights a token uses outside the routed experts (average layer)
         dense_mm=float(attn + (Ld * mlp + moe_layers * (shared + router)) / L),
@@ -199,11 +203,14 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
         gemm_exp = gemm_exp * k["moe_layers"] / L                 # average layer
     else:
         gemm_exp = 0.0
-    ctx = s  # attention over the full sequence, as Megatron-LM counts it
-    attn_flops = 4 * k["a"] * k["dh_flops"] * ctx * tok / t
+    # causal FlashAttention kernels skip the masked half of the scores (Dao 2023,
+    # FlashAttention-2, Sec. 3.1); materialised scores are computed in full, which is also
+    # how the Megatron-LM papers count them. Time and FLOPs (MFU, HFU) use the same count.
+    ctx_run = np.where(flash > 0, 0.5, 1.0) * s
+    attn_flops = 4 * k["a"] * k["dh_flops"] * ctx_run * tok / t
     attn_time = cw.roofline_time(flops=attn_flops, bytes_moved=0.0, **roof)
-    act = dict(seq_len=s / c, micro_batch=b, hidden_size=h, heads=k["a"], tp=t, kv_heads=k["akv"],
-               head_dim=k["dh"], ffn_activation_width=k["f_act"], mlp_matrices=k["n_mlp"],
+    act = dict(seq_len=s / c, micro_batch=b, hidden_size=h, heads=k["a"], tp=t, kv_heads=k["akv_act"],
+               head_dim=k["dh_act"], ffn_activation_width=k["f_act"], mlp_matrices=k["n_mlp"],
                sequence_parallel=sp_)
     # element-wise traffic: every stored activation byte written and read once forward
     act_all = _act(0).evaluate(act)          # everything kept, attention scores included
@@ -233,7 +240,7 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
         ep_mb = k["moe_layers"] * share * n_tp * all_to_all(S_ep, e, t * c, hw)
     else:
         ep_mb = np.zeros_like(tp_mb)
-    S_cp = tok * 2 * k["akv"] * k["dh"] * ACT_BYTES / t
+    S_cp = tok * 2 * k["akv_act"] * k["dh_act"] * ACT_BYTES / t
     cp_mb = layers * (3 + (r == 2)) * (c - 1) * point_to_point(S_cp, c * t <= hw["scale_up_domain_size"], hw)
     S_pp = tok * h * ACT_BYTES / t     # scatter/gather optimisation (Narayanan 2021 Sec. 4.1)
     pp_inside = t * c * d * p <= hw["scale_up_domain_size"]
@@ -241,21 +248,34 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
 
     # ---- parameters and ZeRO ----
     emb_stage = np.where(p > 1, k["emb_params"], k["emb_params"] + (k["embedding_copies"] - 1) * k["V"] * h)
-    params_dev = (k["layer_params"] * share + k["expert_params"] * share / e + emb_stage) / t
-    shards = d * c
-    z3_mb = np.where(z == 3, 2 * reduce_scatter(params_dev * 2, shards, t, hw)
-                     + reduce_scatter(params_dev * q_g, shards, t, hw), 0.0)
-    grads = params_dev * q_g
-    dp_step = np.where(z == 0, all_reduce(grads, shards, t, hw),
-                       np.where(z == 3, 0.0, reduce_scatter(grads, shards, t, hw)
-                                + reduce_scatter(params_dev * 2, shards, t, hw)))
+    dense_dev = (k["layer_params"] * share + emb_stage) / t
+    expert_dev = k["expert_params"] * share / (e * t)
+    params_dev = dense_dev + expert_dev
+    # data-parallel groups: dense weights over d x c (stride t); expert weights, already
+    # split e ways, over the d x c / e replicas of each expert (stride t x c x e), as in
+    # Megatron-Core's expert-data-parallel group
+    groups = ((dense_dev, d * c, t), (expert_dev, d * c / e, t * c * e))
+
+    def over_groups(fn, bytes_per_param):
+        return sum(fn(P * bytes_per_param, n, stride, hw) for P, n, stride in groups)
+
+    # ZeRO-3 gathers the weights for the forward and the backward pass and reduce-scatters
+    # the gradients every micro-batch; ZeRO-2 keeps only a shard of the gradients, so it
+    # reduce-scatters after every backward pass (DeepSpeed's stage 2 with accumulation)
+    zero_mb = np.where(z == 3, over_groups(reduce_scatter, 2.0) * 2 + over_groups(reduce_scatter, q_g),
+                       np.where(z == 2, over_groups(reduce_scatter, q_g), 0.0))
+    dp_step = np.where(z == 0, over_groups(all_reduce, q_g),
+                       np.where(z == 3, 0.0,
+                                np.where(z == 1, over_groups(reduce_scatter, q_g), 0.0)
+                                + over_groups(reduce_scatter, 2.0)))
 
     # ---- memory ----
-    state = dict(params_per_device=params_dev, weight_bytes=2.0, grad_bytes=q_g, optimizer_bytes=q_o,
-                 zero_stage=z, zero_shards=shards)
-    w_mem = mw.weight_memory(**{x: state[x] for x in mw.weight_memory.arg_names})
-    g_mem = mw.grad_memory(**{x: state[x] for x in mw.grad_memory.arg_names})
-    o_mem = mw.optimizer_memory(**{x: state[x] for x in mw.optimizer_memory.arg_names})
+    def states(formula):
+        return sum(formula.evaluate(dict(params_per_device=P, weight_bytes=2.0, grad_bytes=q_g,
+                                         optimizer_bytes=q_o, zero_stage=z, zero_shards=n))
+                   for P, n, _ in groups)
+
+    w_mem, g_mem, o_mem = states(mw.weight_memory), states(mw.grad_memory), states(mw.optimizer_memory)
     per_layer = np.where(r == 2, _act(2).evaluate(act),
                          np.where(r == 1, act_sel, act_run))
     # the layer being recomputed holds its full activations (full), or its attention
@@ -271,24 +291,33 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
     # ---- offload ----
     off_opt = (off == 1) | (off == 3)
     off_act = (off == 2) | (off == 3)
-    has_pool = hw["pool_bandwidth"] > 0
-    link_bw = np.where(has_pool, hw["pool_bandwidth"], hw["host_bandwidth"])
-    far_capacity = np.where(has_pool, hw["pool_capacity"], hw["host_capacity"])
     o_far = np.where(off_opt, o_mem, 0.0)
     a_far = np.where(off_act, np.maximum(a_mem - 2 * per_layer, 0.0), 0.0)
+    far = o_far + a_far
+    # a supernode's pool is its peers' memory: what the job's own devices in the domain
+    # do not hold themselves is free for offload; anything else goes to host memory
+    domain = hw["scale_up_domain_size"]
+    in_domain = np.minimum(devices, domain)
+    pool_free = np.maximum(hw["pool_capacity"] * domain - (in_domain - 1) * hw["hbm_capacity"], 0.0) / in_domain
+    use_pool = (hw["pool_bandwidth"] > 0) & (far <= pool_free)
+    link_bw = np.where(use_pool, hw["pool_bandwidth"], hw["host_bandwidth"])
+    far_capacity = np.where(use_pool, pool_free, hw["host_capacity"])
     o_mem_dev = o_mem - o_far
     a_mem_dev = a_mem - a_far
-    # optimizer on the far side: gradients out and weights back each step (host CPU
-    # updates), or the device updates states held in the pool, reading and writing them
-    opt_shard = params_dev / np.where(z >= 1, shards, 1.0)
-    offload_opt = np.where(off_opt, np.where(has_pool, opt_shard * q_o, opt_shard * (q_g + 2.0)) / link_bw, 0.0)
-    offload_act_mb = np.where(off_act, 2 * a_far / np.maximum(m, 1) / link_bw, 0.0)
-    optimizer = np.where(off_opt & ~has_pool, 0.0,
-                         cw.roofline_time(flops=0.0, bytes_moved=opt_shard * (q_g + 2 * q_o + 2.0), **roof))
+    # optimizer state on the far side: on the host, the CPU updates it, so the gradients
+    # go out and the weights come back once per step (ZeRO-Offload); in the pool, the
+    # device updates it in place, reading and writing the states over the bus
+    opt_params = sum(P / np.where(z >= 1, n, 1.0) for P, n, _ in groups)
+    offload_opt = np.where(off_opt, np.where(use_pool, opt_params * q_o, opt_params * (q_g + 2.0)) / link_bw, 0.0)
+    # each micro-batch's activations beyond the two layers kept go out and come back
+    act_out_mb = np.maximum(per_layer * layers - 2 * per_layer, 0.0)
+    offload_act_mb = np.where(off_act, 2 * act_out_mb / link_bw, 0.0)
+    optimizer = np.where(off_opt & ~use_pool, 0.0,
+                         cw.roofline_time(flops=0.0, bytes_moved=opt_params * (q_g + 2 * q_o + 2.0), **roof))
 
     # ---- overlap and the step ----
     ov = {x: g[f"overlap_{x}"] for x in ("tp", "ep", "cp", "pp", "dp", "offload")}
-    parts = {"tp": tp_mb, "ep": ep_mb, "cp": cp_mb, "pp": pp_mb, "dp": z3_mb, "offload": offload_act_mb}
+    parts = {"tp": tp_mb, "ep": ep_mb, "cp": cp_mb, "pp": pp_mb, "dp": zero_mb, "offload": offload_act_mb}
     # what each class can hide behind: ring attention overlaps its K/V passes with the
     # attention blocks only; the other classes with any of the micro-batch's compute
     attn_window = layers * (3 + (r == 2)) * attn_time
@@ -312,21 +341,25 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
 
     # ---- utilisation ----
     tokens = B * s
-    f_fwd = sizing.forward_flops_per_token(model, context_len=ctx)
+    f_fwd = sizing.forward_flops_per_token(model, context_len=ctx_run)
     model_flops = cw.model_step_flops(tokens=tokens, forward_flops_per_token=f_fwd)
     r_hw = np.where((flash > 0) & (r == 0), 1.0, r)
     hw_flops = cw.hardware_step_flops(tokens=tokens, forward_flops_per_token=f_fwd, recompute=r_hw,
                                       matmul_params=k["matmul_params"], layers=L, heads=k["a"],
-                                      head_dim=k["dh_flops"], context_len=ctx)
+                                      head_dim=k["dh_flops"], context_len=ctx_run)
     mfu = cw.flops_utilisation(step_flops=model_flops, time=step, group_size=devices, peak_flops=peak)
     hfu = cw.flops_utilisation(step_flops=hw_flops, time=step, group_size=devices, peak_flops=peak)
 
-    exposed = {x: m * (parts[x] - hidden * share_hidden[x]) for x in parts}
+    exposed = {x: m * np.maximum(parts[x] - hidden * share_hidden[x], 0.0) for x in parts}
     exposed["dp"] = exposed["dp"] + dp_exposed
     mem_total = w_mem + g_mem + o_mem_dev + a_mem_dev
-    compute_s = m * 3 * stage_fwd + optimizer
-    memory_s = m * recompute_time + offload_opt + exposed["offload"]
-    comm_s = exposed["tp"] + exposed["ep"] + exposed["cp"] + exposed["pp"] + exposed["dp"] + bubble
+    # the bubble is idle micro-batch slots: it is shared out like a micro-batch's time
+    mb_safe = np.where(mb_time > 0, mb_time, 1.0)
+    bubble_compute = bubble * np.minimum(compute_mb / mb_safe, 1.0)
+    compute_s = m * 3 * stage_fwd + optimizer + bubble_compute * 3 * stage_fwd / np.where(compute_mb > 0, compute_mb, 1.0)
+    memory_s = m * recompute_time + offload_opt + exposed["offload"] + bubble_compute * recompute_time / np.where(compute_mb > 0, compute_mb, 1.0)
+    comm_s = (exposed["tp"] + exposed["ep"] + exposed["cp"] + exposed["pp"] + exposed["dp"]
+              + bubble - bubble_compute)
     return {
         "devices": devices, "micro_batches": m,
         "step_time_s": step, "mfu": mfu, "hfu": hfu,
@@ -335,7 +368,7 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
         "tokens_per_s": tokens / step,
         "time_compute_s": m * compute_mb, "time_recompute_s": m * recompute_time,
         "time_tp_s": m * tp_mb, "time_ep_s": m * ep_mb, "time_cp_s": m * cp_mb, "time_pp_s": m * pp_mb,
-        "time_dp_s": m * z3_mb + dp_step, "time_bubble_s": bubble, "time_optimizer_s": optimizer,
+        "time_dp_s": m * zero_mb + dp_step, "time_bubble_s": bubble, "time_optimizer_s": optimizer,
         "time_offload_s": offload_opt + m * offload_act_mb,
         "exposed_tp_s": exposed["tp"], "exposed_ep_s": exposed["ep"], "exposed_cp_s": exposed["cp"],
         "exposed_pp_s": exposed["pp"], "exposed_dp_s": exposed["dp"], "exposed_offload_s": exposed["offload"],

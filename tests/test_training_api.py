@@ -178,7 +178,9 @@ GPT_CASES = [  # (layers, hidden, heads, tp, pp, dp, micro_batch, global_batch)
 @pytest.mark.parametrize("layers, hidden, heads, tp, pp, dp, b, B", GPT_CASES)
 def test_mfu_is_korthikanti_eq7_over_time_devices_peak(layers, hidden, heads, tp, pp, dp, b, B):
     model = gpt(layers, hidden, heads)
-    r = snlab.train(model, "dgx-a100", tp=tp, pp=pp, dp=dp, micro_batch=b, global_batch=B, recompute="full")
+    # Eq. 7 counts the full s x s scores, as Megatron-LM's kernels of the time computed them
+    r = snlab.train(model, "dgx-a100", tp=tp, pp=pp, dp=dp, micro_batch=b, global_batch=B, recompute="full",
+                    flash_attention=False)
     flops = korthikanti_eq7(B, model.seq_len, layers, hidden, model.vocab_size)
     n = tp * pp * dp
     assert r.devices == n
@@ -189,7 +191,8 @@ def test_mfu_is_korthikanti_eq7_over_time_devices_peak(layers, hidden, heads, tp
 @pytest.mark.parametrize("layers, hidden, heads, tp, pp, dp, b, B", GPT_CASES)
 def test_hfu_over_mfu_with_full_recomputation_is_eq3_over_eq7(layers, hidden, heads, tp, pp, dp, b, B):
     model = gpt(layers, hidden, heads)
-    r = snlab.train(model, "dgx-a100", tp=tp, pp=pp, dp=dp, micro_batch=b, global_batch=B, recompute="full")
+    r = snlab.train(model, "dgx-a100", tp=tp, pp=pp, dp=dp, micro_batch=b, global_batch=B, recompute="full",
+                    flash_attention=False)
     s, V = model.seq_len, model.vocab_size
     expected = narayanan_eq3(B, s, layers, hidden, V) / korthikanti_eq7(B, s, layers, hidden, V)
     assert 1.25 < expected < 4 / 3          # below 4/3: the logits are not recomputed
@@ -218,7 +221,7 @@ def test_selective_recomputation_costs_between_none_and_full():
 
 def test_fp8_precision_divides_by_the_fp8_peak():
     model = gpt(96, 12288, 96)
-    plan = dict(tp=8, pp=8, dp=2, micro_batch=1, global_batch=64, recompute="full")
+    plan = dict(tp=8, pp=8, dp=2, micro_batch=1, global_batch=64, recompute="full", flash_attention=False)
     r = snlab.train(model, "dgx-h100", precision="fp8", **plan)
     flops = korthikanti_eq7(64, model.seq_len, 96, 12288, model.vocab_size)
     assert r.mfu == pytest.approx(flops / (r.step_time_s * 128 * peak("dgx-h100", "fp8")), rel=1e-9)
@@ -696,3 +699,18 @@ def test_impossible_searches_are_clear_errors(kw, field):
 def test_a_search_where_nothing_fits_is_empty():
     df = snlab.search("megatron-1t", "dgx-a100", devices=8, global_batch=8)
     assert len(df) == 0
+
+
+def test_causal_flash_attention_counts_half_the_scores():
+    """With causal FlashAttention the scores above the diagonal are neither computed
+    nor counted: model FLOPs drop by half of Eq. 7's attention term."""
+    model = gpt(48, 6144, 64)
+    plan = dict(tp=8, dp=4, micro_batch=1, global_batch=64, recompute="none")
+    flash = snlab.train(model, "dgx-a100", flash_attention=True, **plan)
+    full = snlab.train(model, "dgx-a100", flash_attention=False, **plan)
+    s, V, L, h = model.seq_len, model.vocab_size, 48, 6144
+    eq7 = korthikanti_eq7(64, s, L, h, V)
+    attention = 72 * 64 * s * L * h**2 * s / (6 * h)
+    got = flash.model_tflops_per_device * 1e12 * flash.step_time_s * flash.devices
+    assert got == pytest.approx(eq7 - attention / 2, rel=1e-9)
+    assert full.model_tflops_per_device * 1e12 * full.step_time_s * full.devices == pytest.approx(eq7, rel=1e-9)

@@ -57,6 +57,8 @@ def plans(draw, *, zero=None, recompute=None, overlap=None, offload=None):
         if m.moe else 1
     micro_batch = draw(st.sampled_from([1, 2, 4]))
     micro_batches = draw(st.integers(1, 16))
+    if interleave > 1:        # the interleaved schedule needs whole rounds of pp micro-batches
+        micro_batches = pp * draw(st.integers(1, 4))
     plan = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=micro_batch,
                 global_batch=micro_batch * dp * micro_batches, interleave=interleave,
                 zero=draw(st.sampled_from([0, 1, 2] + ([3] if pp == 1 else []))) if zero is None else zero,
