@@ -55,14 +55,14 @@ reduce_scatter_time = Formula(
 
 all_gather_time = Formula(
     "all_gather_time", "time",
-    a0 + (n - 1) * alpha + (n - 1) / n * S / (eta * beta),
+    reduce_scatter_time.expr,  # the same ring, run the other way
     "Thakur et al. 2005 (ring all-gather)",
     "Ring all-gather into an S-byte buffer: each device contributes S/n.",
 )
 
 all_to_all_time = Formula(
     "all_to_all_time", "time",
-    a0 + (n - 1) * alpha + (n - 1) / n * S / (eta * beta),
+    reduce_scatter_time.expr,  # the same cost: n - 1 steps, (n - 1)/n of S leaves each device
     "Thakur et al. 2005 (pairwise exchange on a non-blocking fabric)",
     "All-to-all: each device sends S (n-1)/n bytes to the n-1 others.",
 )
