@@ -158,6 +158,10 @@ def grid(model: Model, system: System, axes: dict) -> tuple[dict, dict]:
             vals = np.asarray([_number(name, v) for v in _values(name, axes[name])])
             if np.any(vals < 0) or (np.any(vals <= 0) and "latency" not in name and "capacity" not in name):
                 raise SnlabError(name, f"got {vals.tolist()}", "positive values (latencies and capacities may be 0)")
+            if name == "dies" and np.any(vals != np.round(vals)):
+                raise SnlabError(name, f"got {vals.tolist()}", "a whole number of dies >= 1")
+            if name.endswith("efficiency") and np.any(vals > 1):
+                raise SnlabError(name, f"got {vals.tolist()}", "a fraction in (0, 1]")
             hw_axes["hw:" + name] = vals
     arrays = {**columns, **hw_axes}
     shape = [len(a) for a in arrays.values()]

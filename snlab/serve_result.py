@@ -21,7 +21,8 @@ class ServeResult:
     Times are seconds, throughputs tokens per second, memory bytes per device.
     ``time_s`` holds the parts of one decode step (``kv`` and ``weights`` are memory
     reads, ``dense``/``experts``/``attention`` rooflines, ``tp``/``ep``/``pp``
-    communication; ``ep_exposed`` what two-batch overlap leaves visible).
+    communication; ``ep_exposed`` what two-batch overlap leaves visible; ``draft_head``
+    the draft tokens' passes through the output head, part of ``dense``).
     """
 
     model: str
@@ -73,6 +74,7 @@ class ServeResult:
         limited = "memory" if not row["fits"] else max(walls, key=walls.get)
         time_s = {p: row[f"time_{p}_s"] for p in _TIME_PARTS}
         time_s["ep_exposed"] = row["exposed_ep_s"]
+        time_s["draft_head"] = row["time_draft_head_s"]
         time_s["walls"] = walls
         time_s["prefill"] = {"tp": row["prefill_time_tp_s"], "ep": row["prefill_time_ep_s"],
                              "ep_exposed": row["prefill_exposed_ep_s"]}

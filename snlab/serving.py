@@ -18,7 +18,20 @@ device of the deployment), tensor-split by ``max(1, tp / ep)``.
   parallelism and two one-shot all-to-alls per MoE layer for expert parallelism.
   Speculative decoding / multi-token prediction verifies ``draft_tokens + 1`` tokens per
   sequence per step and emits Leviathan et al.'s expected count; drafting costs one
-  transformer layer per draft token (DeepSeek-V3's MTP module, its report Sec. 2.2).
+  transformer layer and one pass of the shared output head per draft token
+  (DeepSeek-V3's MTP module, its report Sec. 2.2).
+* **Expert all-to-all kernels**: dispatch and combine at decode sizes run at the
+  bandwidth fraction their own microbenchmarks reach (a level's ``ep_dispatch_efficiency``
+  and ``ep_combine_efficiency``: on CloudMatrix384 0.26 and 0.54 of the bus, Zuo et al.
+  2025 Sec. 5; DeepEP on H800 0.77 and 0.81 of the NIC), prefill's high-throughput
+  kernels at ``ep_bulk_efficiency``; each falls back to the level's ``efficiency``.
+  :func:`expert_all_to_all_time` prices one call in the microbenchmarks' setting.
+* **Multi-die packages** (``Device.dies``, the Ascend 910C's two): without tensor
+  parallelism each die runs as its own data-parallel rank, so it holds and reads its
+  own copy of the replicated weights (:func:`package_weight_bytes`), and bytes to the
+  sibling die stay on the package.
+* **Decode attention** runs at the device's measured decode-attention efficiency
+  (FlashMLA 0.667 on H800, the 910C's MLA kernel 0.654) where the preset has one.
 * **Two-batch overlap** (``microbatches = 2``): two half batches alternate so that one's
   expert all-to-all hides behind the other's compute; weights are read twice.
 * **Pipeline parallelism**: ``pp`` micro-batches of ``b / pp`` sequences keep the stages
@@ -54,7 +67,13 @@ KV_TIERS = ("hbm", "pool", "host", "ssd")
 KV_LOCATIONS = KV_TIERS + ("does not fit",)
 #: system fields a serving sweep may vary (SI units)
 SYSTEM_FIELDS = _TRAIN_FIELDS + ("pool_latency", "host_latency", "storage_bandwidth", "storage_latency",
-                                 "storage_capacity", "pool_domain_capacity")
+                                 "storage_capacity", "pool_domain_capacity", "dies", "decode_attention_efficiency",
+                                 "scale_up_ep_dispatch_efficiency", "scale_up_ep_combine_efficiency",
+                                 "scale_up_ep_bulk_efficiency", "scale_out_ep_dispatch_efficiency",
+                                 "scale_out_ep_combine_efficiency", "scale_out_ep_bulk_efficiency")
+#: expert-parallel kernels -> the level field of their achieved bandwidth fraction: the
+#: low-latency dispatch and combine of decode, the high-throughput ("bulk") ones of prefill
+EP_KERNELS = {"dispatch": "ep_dispatch_efficiency", "combine": "ep_combine_efficiency", "bulk": "ep_bulk_efficiency"}
 ACT_BYTES = 2.0        # activations, TP all-reduces, combine: 16-bit
 MTP_LAYERS = 1.0       # DeepSeek-V3 Sec. 2.2: one transformer block per predicted token
 
@@ -62,10 +81,19 @@ MTP_LAYERS = 1.0       # DeepSeek-V3 Sec. 2.2: one transformer block per predict
 def serving_hardware(system: System) -> dict:
     """The system's numbers under :data:`SYSTEM_FIELDS` (SI units), plus the dense peak
     of each precision relative to bf16 (``ratio_<dtype>``; 1 where the device has no
-    faster path for it: weight-only quantisation multiplies in bf16)."""
+    faster path for it: weight-only quantisation multiplies in bf16).
+
+    The expert-parallel kernel efficiencies and the decode attention efficiency keep
+    their preset value, 0 where the preset leaves them unset: :func:`_pass` then falls
+    back to the level's ``efficiency`` and the device's ``gemm_efficiency``, so that a
+    sweep of those also moves the fallbacks."""
     hw = hardware(system, "bf16")
     dev, pool, store = system.device, system.pool, system.storage
+    for level in ("scale_up", "scale_out"):
+        for field in EP_KERNELS.values():
+            hw[f"{level}_{field}"] = getattr(getattr(system, level), field)
     hw.update(
+        dies=float(dev.dies), decode_attention_efficiency=dev.decode_attention_efficiency,
         pool_latency=pool.latency if pool else 0.0,
         pool_domain_capacity=pool.capacity if pool else 0.0,
         host_latency=system.host.latency,
@@ -97,6 +125,44 @@ def serving_constants(model: Model) -> dict[str, float]:
     return k
 
 
+def package_weight_bytes(dies, replicated_bytes, sharded_bytes):
+    """Weight bytes a package holds, and reads once per forward pass, when its ``dies``
+    run as separate data-parallel ranks: n_die x W_rep + W_sh.
+
+    Each die keeps its own copy of what data parallelism replicates (attention, dense
+    layers, shared experts, embeddings and output head); the experts are split among
+    all ranks. Zuo et al. 2025 (arXiv 2506.12708) Sec. 3-4: a 910C package is two dies,
+    each its own device with its own HBM, and EP320 runs 320 ranks (DP attention, one
+    expert per die) on 160 packages; on such a package DP attention doubles the weight
+    stream of a decode step against a one-device package of the same HBM bandwidth.
+    """
+    return dies * replicated_bytes + sharded_bytes
+
+
+def expert_all_to_all_time(system, *, ranks: int, tokens_per_rank: float = 128, hidden: int = 7168,
+                           experts_per_token: int = 8, collective: str = "dispatch", prefill: bool = False,
+                           dispatch_bytes: float = 1.0) -> float:
+    """Seconds of one expert dispatch or combine as the serving model prices it, in the
+    setting of the published microbenchmarks: ``ranks`` ranks (dies of a multi-die
+    package count one each) sending ``tokens_per_rank`` tokens of ``hidden`` elements to
+    ``experts_per_token`` experts; dispatch in ``dispatch_bytes`` bytes per element
+    (8-bit by default), combine in 16-bit. ``prefill`` picks the high-throughput kernels.
+
+    DeepEP's tables (128 tokens, 7168 hidden, top-8) and Zuo et al.'s Sec. 5 comparison
+    use exactly this setting, so this is how the presets' kernel efficiencies are checked
+    against them (tests/test_serving_microbench.py).
+    """
+    from .presets import system as load_system
+    hw = serving_hardware(load_system(system))
+    if collective not in ("dispatch", "combine"):
+        raise ValueError(f"collective must be 'dispatch' or 'combine', got {collective!r}")
+    dies = hw["dies"]
+    devices = ranks / dies
+    disp, comb = _ep_calls(tokens_per_rank * dies, experts_per_token, hidden, np.asarray(float(devices)),
+                           np.asarray(float(dispatch_bytes)), hw, prefill)
+    return float(disp if collective == "dispatch" else comb)
+
+
 # --- the parts of one pass ---------------------------------------------------------------
 
 def _roof(hw, peak):
@@ -119,11 +185,42 @@ def _far_time(kv_bytes, share, hw, reads):
     return total
 
 
-def _a2a(S_in, S_out, n1, n2, hw):
+def _a2a(S_in, S_out, n1, n2, hw, kernel=None):
+    """One-shot all-to-all; ``kernel`` (a key of :data:`EP_KERNELS`) picks the achieved
+    bandwidth fraction of that expert-parallel kernel on each level where the preset
+    measures it, the level's ``efficiency`` elsewhere."""
     lv = _levels(n1, n2, hw)
     lv.pop("inner_size")
     lv.pop("outer_size")
+    if kernel is not None:
+        field = EP_KERNELS[kernel]
+        for level, key in (("scale_up", "inner_efficiency"), ("scale_out", "outer_efficiency")):
+            own = hw.get(f"{level}_{field}", 0.0)
+            lv[key] = np.where(np.asarray(own) > 0, own, lv[key])
     return sv.direct_all_to_all_time(inner_bytes=S_in, outer_bytes=S_out, **lv)
+
+
+def _ep_calls(tok_dev, k, h, e, qw, hw, prefill):
+    """Seconds of one expert dispatch and one combine (one MoE layer, one micro-batch)
+    when each of ``e`` devices sends ``tok_dev`` tokens to its tokens' ``k`` experts.
+
+    Decode uses the low-latency kernels (every (token, expert) copy written straight to
+    the expert's device), prefill the high-throughput ones (one copy per remote domain,
+    forwarded inside it: DeepEP normal kernels). Dispatch moves 8-bit activations when
+    the weights are 8-bit or narrower (DeepEP FP8, CloudMatrix INT8), combine 16-bit.
+    Bytes to a device's sibling dies stay on the package, so the remote share is
+    counted in devices (packages), not ranks."""
+    n1, n2 = _split(e, 1.0, hw)
+    sent = tok_dev * k * h                    # (token, expert) copies per device, in elements
+    inner = sent * (n1 - 1) / np.where(prefill, n1, n1 * n2)
+    if prefill:
+        outer = tok_dev * h * sv.domains_per_token(outer_size=n2, experts_per_token=k) * (n2 - 1) / n2
+    else:
+        outer = sent * (n2 - 1) / n2
+    q_disp = np.where(qw <= 1, 1.0, ACT_BYTES)
+    disp = _a2a(inner * q_disp, outer * q_disp, n1, n2, hw, "bulk" if prefill else "dispatch")
+    comb = _a2a(inner * ACT_BYTES, outer * ACT_BYTES, n1, n2, hw, "bulk" if prefill else "combine")
+    return disp, comb
 
 
 def _pass(k, g, hw, tok, ctx, kv_bytes, share, logits, prefill):
@@ -140,11 +237,15 @@ def _pass(k, g, hw, tok, ctx, kv_bytes, share, logits, prefill):
     flop_rate = hw["gemm_efficiency"] * hw["sustained_clock"] * hw["peak_flops"]
     byte_rate = hw["memory_efficiency"] * hw["hbm_bandwidth"]
 
-    # layers' own weights (attention, dense MLPs, shared experts, router) and the LM head
-    dense_read = (k["layer_params"] / p + V * h) / t * qw
+    # layers' own weights (attention, dense MLPs, shared experts, router) and the LM head,
+    # read once by each die that runs as its own data-parallel rank (package_weight_bytes)
+    dense_read = g["rank_dies"] * (k["layer_params"] / p + V * h) / t * qw
     dense_flops = (2 * tok * k["dense_mm"] * layers + 2 * logits * V * h) / t
     act_bytes = ACT_BYTES * tok * h * layers * 4 / t     # read and write of q, attention out, MLP in/out
     t_dense = cw.roofline_time(flops=dense_flops, bytes_moved=dense_read + act_bytes, **gemm)
+    # the output head alone: what each draft token's pass adds (MTP shares the head)
+    head_flops, head_bytes = 2 * logits * V * h / t, g["rank_dies"] * V * h / t * qw
+    t_head = cw.roofline_time(flops=head_flops, bytes_moved=head_bytes, **gemm)
 
     # routed experts: only the slots some token reached are read
     if k["experts"]:
@@ -161,7 +262,11 @@ def _pass(k, g, hw, tok, ctx, kv_bytes, share, logits, prefill):
     # attention: scores in bf16, KV cache from its tiers
     per_ctx = k["prefill_attn_per_ctx"] if prefill else k["decode_attn_per_ctx"]
     attn_flops = tok * ctx * per_ctx / (p * t)
-    t_attn_c = cw.roofline_time(flops=attn_flops, bytes_moved=0.0, **_roof(hw, hw["peak_flops"]))
+    attn_roof = _roof(hw, hw["peak_flops"])
+    if not prefill:   # the decode attention kernel's own measured efficiency (FlashMLA-style)
+        own = hw.get("decode_attention_efficiency", 0.0)
+        attn_roof["gemm_efficiency"] = np.where(np.asarray(own) > 0, own, hw["gemm_efficiency"])
+    t_attn_c = cw.roofline_time(flops=attn_flops, bytes_moved=0.0, **attn_roof)
     local = kv_bytes * share["hbm"]
     far = _far_time(kv_bytes, share, hw, layers)
     t_kv = sv.tiered_read_time(local_bytes=local, far_time=far, memory_bandwidth=hw["hbm_bandwidth"],
@@ -173,21 +278,14 @@ def _pass(k, g, hw, tok, ctx, kv_bytes, share, logits, prefill):
 
     # expert parallelism: dispatch (8-bit when the weights are) and combine (16-bit)
     if k["experts"]:
-        n1, n2 = _split(e, 1.0, hw)
-        sent = tok / t * k["k"] * h          # (token, expert) copies per device, in elements
-        inner = sent * (n1 - 1) / np.where(prefill, n1, n1 * n2)
-        if prefill:   # one copy per remote domain, forwarded inside it (DeepEP normal kernels)
-            outer = tok / t * h * sv.domains_per_token(outer_size=n2, experts_per_token=k["k"]) * (n2 - 1) / n2
-        else:         # one copy per expert, written straight to its device (low-latency kernels)
-            outer = sent * (n2 - 1) / n2
-        q_disp = np.where(qw <= 1, 1.0, ACT_BYTES)   # 8-bit dispatch is the floor (DeepEP FP8, CloudMatrix INT8)
-        one = _a2a(inner * q_disp, outer * q_disp, n1, n2, hw) + _a2a(inner * ACT_BYTES, outer * ACT_BYTES, n1, n2, hw)
-        ep_comm = np.where(e > 1, k["moe_layers"] / p * one, 0.0)
+        disp, comb = _ep_calls(tok / t, k["k"], h, e, qw, hw, prefill)
+        ep_comm = np.where(e > 1, k["moe_layers"] / p * (disp + comb), 0.0)
     else:
         ep_comm = 0.0 * tok
 
     return dict(
-        dense=t_dense, expert=t_exp, attention=t_attn, kv=t_kv,
+        dense=t_dense, expert=t_exp, attention=t_attn, kv=t_kv, head=t_head, head_flops=head_flops,
+        head_bytes=head_bytes,
         kv_hbm_only=kv_bytes / byte_rate, tp=tp_comm, ep=ep_comm,
         compute_wall=(dense_flops + exp_flops) / (flop_rate * g["gemm_ratio"])
         + attn_flops / flop_rate,
@@ -289,7 +387,9 @@ def serve_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
         expert_w = np.ceil(k["experts"] / e) * k["expert_one"] * k["moe_layers"] / p / etp
     else:
         expert_w = 0.0
-    weights = ((k["layer_params"] / p + emb_stage) / t + expert_w) * qw
+    # a die that runs as its own rank (tp = 1 on a multi-die package) holds its own copy
+    g = dict(g, rank_dies=np.where(t > 1, 1.0, hw["dies"]))
+    weights = package_weight_bytes(g["rank_dies"], (k["layer_params"] / p + emb_stage) / t * qw, expert_w * qw)
     place = _placement(k, g, hw, weights)
     share = place["share"]
 
@@ -303,8 +403,10 @@ def serve_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
     dec = _stage(k, g, hw, tok, g["context"], kv_read, share, tok, prefill=False)
     hop = np.where(p > 1, point_to_point(tok * k["h"] * ACT_BYTES / t,
                                          devices <= hw["scale_up_domain_size"], hw), 0.0)
+    # drafting: per draft token one more transformer block and the shared output head
+    # (DeepSeek-V3 report Sec. 2.2: the MTP module shares embedding and output head)
     draft = 1 + kd * MTP_LAYERS / k["L"]
-    step = p * (dec["stage"] + hop) * draft
+    step = p * (dec["stage"] + hop) * draft + kd * dec["head"]
     tpot = sv.time_per_output_token(step_time=step, tokens_per_step=tau)
     decode_rate = g["batch"] * tau / step
 
@@ -331,8 +433,10 @@ def serve_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
 
     # ---- walls of the decode step ----
     rounds = p * draft
-    wall_c = rounds * dec["compute_wall"]
-    wall_m = rounds * dec["memory_wall"]
+    byte_rate = hw["memory_efficiency"] * hw["hbm_bandwidth"]
+    flop_rate = hw["gemm_efficiency"] * hw["sustained_clock"] * hw["peak_flops"] * g["gemm_ratio"]
+    wall_c = rounds * dec["compute_wall"] + kd * dec["head_flops"] / flop_rate
+    wall_m = rounds * dec["memory_wall"] + kd * dec["head_bytes"] / byte_rate
     wall_x = rounds * (dec["tp"] + dec["ep_exposed"] + hop)
     limits = _fit_limits(k, g, place)
     fits = place["fits_weights"] & (place["unplaced"] <= 0)
@@ -352,8 +456,9 @@ def serve_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
         "kv_read_bytes_per_step_per_device": rounds * kv_read,
         "time_kv_s": kv_step, "kv_time_per_output_token_s": kv_step / tau,
         "kv_spill_slowdown": dec["kv"] / np.maximum(dec["kv_hbm_only"], 1e-30),
-        "time_weights_s": rounds * dec["weights_read"] / (hw["memory_efficiency"] * hw["hbm_bandwidth"]),
-        "time_dense_s": rounds * dec["dense"], "time_experts_s": rounds * dec["expert"],
+        "time_weights_s": (rounds * dec["weights_read"] + kd * dec["head_bytes"]) / byte_rate,
+        "time_dense_s": rounds * dec["dense"] + kd * dec["head"], "time_draft_head_s": kd * dec["head"],
+        "time_experts_s": rounds * dec["expert"],
         "time_attention_s": rounds * dec["attention"], "time_tp_s": rounds * dec["tp"],
         "time_ep_s": rounds * dec["ep"], "exposed_ep_s": rounds * dec["ep_exposed"], "time_pp_s": rounds * hop,
         "prefill_time_tp_s": p * pre["tp"], "prefill_time_ep_s": p * pre["ep"],

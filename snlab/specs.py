@@ -52,6 +52,12 @@ class Device:
     gemm_efficiency : achievable fraction of peak for large matrix multiplies.
     memory_efficiency : achievable fraction of HBM bandwidth.
     sustained_clock : sustained/boost clock ratio (1 = no throttling).
+    dies : dies of the package that software drives as separate devices (ranks), each
+        with its share of the compute, memory and links (Ascend 910C: 2; 1 for packages
+        that present as one device, B200 included). The serving model runs such dies as
+        data-parallel ranks when a deployment has no tensor parallelism.
+    decode_attention_efficiency : achievable fraction of peak of the decode attention
+        kernel when it is compute-bound (FlashMLA-style); 0 means "use gemm_efficiency".
     """
 
     name: str
@@ -63,6 +69,8 @@ class Device:
     gemm_efficiency: float
     memory_efficiency: float
     sustained_clock: float = 1.0
+    dies: int = 1
+    decode_attention_efficiency: float = 0.0
     provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
 
     kind = "device"
@@ -99,6 +107,10 @@ class Level:
     collective step, software included; efficiency: achievable fraction of bandwidth
     in collectives; domain_size: devices in one domain (scale-up only);
     call_latency [s]: fixed cost of one collective call (launch, synchronisation).
+    ep_dispatch_efficiency, ep_combine_efficiency: achievable fraction of bandwidth of
+    the expert-parallel dispatch and combine kernels at decode sizes (low-latency
+    kernels, a few hundred tokens per device); ep_bulk_efficiency: the same for the
+    high-throughput kernels of prefill. 0 means "use efficiency".
     """
 
     technology: str
@@ -107,6 +119,9 @@ class Level:
     efficiency: float
     domain_size: int = 0
     call_latency: float = 0.0
+    ep_dispatch_efficiency: float = 0.0
+    ep_combine_efficiency: float = 0.0
+    ep_bulk_efficiency: float = 0.0
 
 
 @dataclass(frozen=True)

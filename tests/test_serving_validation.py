@@ -2,11 +2,13 @@
 
 Each row of snlab/validation/serving_runs.toml names its source, the deployment as the
 authors ran it, the metric, a tolerance, and why prediction and measurement differ.
-Every row uses the shipped presets unchanged (one set of device constants). The
-tolerances say how good the model is: within 15% on the SGLang runs on H100 (where
-the omitted kernel costs and the uncredited overlap cancel), 30% on CloudMatrix384
-prefill with perfect expert balance, 70% on CloudMatrix384 decode (vector-core work
-and stream splitting on the Ascend 910C that a roofline cannot see).
+Every row uses the shipped presets unchanged (one set of device constants, their
+kernel- and collective-level numbers taken from microbenchmarks: tests/test_serving_microbench.py).
+The tolerances say how good the model is: within 15% on the SGLang runs on H100 (where
+the omitted kernel costs and the uncredited overlap cancel), 15% on CloudMatrix384
+prefill with perfect expert balance and on decode at 96 sequences per NPU, 20% at 112-128
+sequences, 10% at 24; 35% at 8 sequences per NPU (fixed per-layer costs no
+microbenchmark separates) and for prefill with the default expert placement (imbalance).
 """
 
 import pytest
@@ -68,3 +70,10 @@ def test_a_user_run_file_is_read_and_checked(tmp_path):
     path.write_text(path.read_text().replace("batch = 8", "batch = 8, hbm_bandwidth = 1e12"))
     with pytest.raises(Exception, match="not a deployment field"):
         sv_runs.serving_runs(path)
+
+
+def test_tolerances_stay_tight():
+    """The tolerances record what the model achieves; loosening one is a regression to
+    explain in the row's gap, not a fix. No row above 35%, the H100 rows at 15%."""
+    for run in sv_runs.serving_runs():
+        assert run["tolerance"] <= (0.15 if run["system"] == "dgx-h100" else 0.35), run["id"]

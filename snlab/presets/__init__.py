@@ -36,13 +36,15 @@ PresetLike = Union[str, Path, Device, System, Model]
 # (field, dimension, required) per section; dimension "1" is a fraction in (0, 1],
 # "count" a positive integer, "count0" an integer >= 0, others physical units.
 _DEVICE = {
+    "": [("dies", "count", False)],
     "compute": [(p, "FLOP/s", p == "bf16") for p in PRECISIONS],
     "memory": [("hbm_capacity", "bytes", True), ("hbm_bandwidth", "bytes/s", True)],
     "calibration": [("gemm_efficiency", "1", True), ("memory_efficiency", "1", True),
-                    ("sustained_clock", "1", False)],
+                    ("sustained_clock", "1", False), ("decode_attention_efficiency", "1", False)],
 }
 _LEVEL = [("bandwidth", "bytes/s", True), ("latency", "s", True), ("efficiency", "1", True),
-          ("call_latency", "s", False)]
+          ("call_latency", "s", False), ("ep_dispatch_efficiency", "1", False),
+          ("ep_combine_efficiency", "1", False), ("ep_bulk_efficiency", "1", False)]
 _SYSTEM = {
     "": [("devices_per_node", "count", True), ("max_devices", "count", False)],
     "scale_up": [("domain_size", "count", True)] + _LEVEL,
@@ -182,7 +184,7 @@ def _build(doc: dict, where: str, base: Path | None = None):
 def _device(doc: dict, where: str, base=None) -> Device:
     prov: dict = {}
     top = _top_defaults(doc)
-    _section(doc, "", [], where, top, prov, _STRINGS["device"][""])
+    head = _section(doc, "", _DEVICE[""], where, top, prov, _STRINGS["device"][""])
     compute = _section(doc, "compute", _DEVICE["compute"], where, top, prov)
     memory = _section(doc, "memory", _DEVICE["memory"], where, top, prov)
     cal = _section(doc, "calibration", _DEVICE["calibration"], where, top, prov)
@@ -192,7 +194,9 @@ def _device(doc: dict, where: str, base=None) -> Device:
         peak_flops=MappingProxyType({p: compute[p] for p in PRECISIONS if p in compute}),
         hbm_capacity=memory["hbm_capacity"], hbm_bandwidth=memory["hbm_bandwidth"],
         gemm_efficiency=cal["gemm_efficiency"], memory_efficiency=cal["memory_efficiency"],
-        sustained_clock=cal.get("sustained_clock", 1.0), provenance=MappingProxyType(prov))
+        sustained_clock=cal.get("sustained_clock", 1.0), dies=head.get("dies", 1),
+        decode_attention_efficiency=cal.get("decode_attention_efficiency", 0.0),
+        provenance=MappingProxyType(prov))
 
 
 def _system(doc: dict, where: str, base: Path | None = None) -> System:
@@ -226,8 +230,7 @@ def _system(doc: dict, where: str, base: Path | None = None) -> System:
         name=_string(doc, "name", where), description=_string(doc, "description", where, False),
         device=device, devices_per_node=top_vals["devices_per_node"],
         max_devices=top_vals.get("max_devices"),
-        scale_up=Level(up["technology"], up["bandwidth"], up["latency"], up["efficiency"],
-                       up["domain_size"], up.get("call_latency", 0.0)),
+        scale_up=Level(**up),
         scale_out=Level(**levels["scale_out"]),
         host=HostLink(**levels["host"]),
         pool=MemoryPool(**levels["pool"]) if "pool" in levels else None,
@@ -305,11 +308,17 @@ def validate(obj) -> None:
             _check_range(lvl.latency, "s", f"{name}.{part}.latency")
             _check_range(lvl.efficiency, "1", f"{name}.{part}.efficiency")
             _check_range(lvl.call_latency, "s", f"{name}.{part}.call_latency")
+            for f in ("ep_dispatch_efficiency", "ep_combine_efficiency", "ep_bulk_efficiency"):
+                if getattr(lvl, f):   # 0: not set, the level's efficiency applies
+                    _check_range(getattr(lvl, f), "1", f"{name}.{part}.{f}")
     elif isinstance(obj, Device):
         _check_range(obj.hbm_capacity, "bytes", f"{name}.hbm_capacity")
         _check_range(obj.hbm_bandwidth, "bytes/s", f"{name}.hbm_bandwidth")
         for f in ("gemm_efficiency", "memory_efficiency", "sustained_clock"):
             _check_range(getattr(obj, f), "1", f"{name}.{f}")
+        _check_range(obj.dies, "count", f"{name}.dies")
+        if obj.decode_attention_efficiency:   # 0: not set, gemm_efficiency applies
+            _check_range(obj.decode_attention_efficiency, "1", f"{name}.decode_attention_efficiency")
 
 
 # --- public API ---------------------------------------------------------------------------

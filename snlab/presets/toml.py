@@ -39,6 +39,13 @@ def _value(x) -> str:
     return repr(x)
 
 
+def _device_top(dev: Device) -> list[str]:
+    """Top-level device numbers (``dies``), written only when set."""
+    if "dies" not in dev.provenance and dev.dies == 1:
+        return []
+    return [_num("dies", dev.dies, "count", dev.provenance.get("dies"))]
+
+
 def _device_lines(dev: Device, prefix: str = "") -> list[str]:
     lines = [f"[{prefix}compute]"]
     for p in PRECISIONS:
@@ -46,7 +53,9 @@ def _device_lines(dev: Device, prefix: str = "") -> list[str]:
             lines.append(_num(p, dev.peak_flops[p], "FLOP/s", dev.provenance.get(f"compute.{p}")))
     for section in ("memory", "calibration"):
         lines += ["", f"[{prefix}{section}]"]
-        for field, dimension, _ in _DEVICE[section]:
+        for field, dimension, required in _DEVICE[section]:
+            if not required and f"{section}.{field}" not in dev.provenance and not getattr(dev, field):
+                continue   # optional and unset (0): leave it to the loader's default
             lines.append(_num(field, getattr(dev, field), dimension,
                               dev.provenance.get(f"{section}.{field}")))
     return lines
@@ -60,7 +69,7 @@ def _header(obj, extra: list[str]) -> list[str]:
 def to_toml(obj: Device | System | Model) -> str:
     """TOML text for a device, system or model preset."""
     if isinstance(obj, Device):
-        lines = _header(obj, [f"vendor = {_q(obj.vendor)}", ""]) + _device_lines(obj)
+        lines = _header(obj, [f"vendor = {_q(obj.vendor)}"] + _device_top(obj) + [""]) + _device_lines(obj)
     elif isinstance(obj, System):
         shipped = obj.device.name in names("device") and _shipped("device", obj.device.name) == obj.device
         lines = _header(obj, [f"device = {_q(obj.device.name)}"] if shipped else [])
@@ -79,9 +88,10 @@ def to_toml(obj: Device | System | Model) -> str:
                 lines.append(_num(field, getattr(level, field), dimension,
                                   obj.provenance.get(f"{part}.{field}")))
         if not shipped:
-            lines += ["", "[device]", f"name = {_q(obj.device.name)}",
-                      f"description = {_q(obj.device.description)}",
-                      f"vendor = {_q(obj.device.vendor)}", ""] + _device_lines(obj.device, "device.")
+            lines += (["", "[device]", f"name = {_q(obj.device.name)}",
+                       f"description = {_q(obj.device.description)}",
+                       f"vendor = {_q(obj.device.vendor)}"] + _device_top(obj.device) + [""]
+                      + _device_lines(obj.device, "device."))
     elif isinstance(obj, Model):
         lines = _header(obj, [f"norm = {_q(obj.norm)}"]
                         + [f"{f} = {str(getattr(obj, f)).lower()}" for f in _MODEL_FLAGS])

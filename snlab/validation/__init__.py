@@ -18,21 +18,29 @@ _RUN_KEYS = {"id", "source", "where", "model", "system", "plan", "metric", "meas
              "definition", "note", "precision"}
 
 
+def read_runs(path: Path, required: tuple, optional: set, fallback: str) -> list[dict]:
+    """The ``[[run]]`` rows of a runs file, checked: no unknown field, none missing, a
+    relative tolerance in (0, 1). ``fallback`` names the shipped file the format is in."""
+    runs = read_toml(path, str(path)).get("run", [])
+    allowed = set(required) | set(optional)
+    for i, run in enumerate(runs):
+        where = f"{path.name}: run {run.get('id', i + 1)}"
+        unknown = set(run) - allowed
+        if unknown:
+            raise SnlabError(f"{where}.{sorted(unknown)[0]}", "unknown field", ", ".join(sorted(allowed)))
+        for key in required:
+            if key not in run:
+                raise SnlabError(f"{where}.{key}", "missing", f"see {fallback} for the format")
+        if "tolerance" in run and not 0 < run["tolerance"] < 1:
+            raise SnlabError(f"{where}.tolerance", f"got {run['tolerance']}", "a relative tolerance in (0, 1)")
+    return runs
+
+
 def training_runs(path: str | Path | None = None) -> list[dict]:
     """The published training runs (default: the shipped file), validated."""
     path = Path(path) if path else HERE / "training_runs.toml"
-    runs = read_toml(path, str(path)).get("run", [])
-    for i, run in enumerate(runs):
-        where = f"{path.name}: run {run.get('id', i + 1)}"
-        unknown = set(run) - _RUN_KEYS
-        if unknown:
-            raise SnlabError(f"{where}.{sorted(unknown)[0]}", "unknown field", ", ".join(sorted(_RUN_KEYS)))
-        for key in ("id", "source", "where", "model", "system", "plan", "metric", "measured", "tolerance"):
-            if key not in run:
-                raise SnlabError(f"{where}.{key}", "missing", "see training_runs.toml for the format")
-        if not 0 < run["tolerance"] < 1:
-            raise SnlabError(f"{where}.tolerance", f"got {run['tolerance']}", "a relative tolerance in (0, 1)")
-    return runs
+    return read_runs(path, ("id", "source", "where", "model", "system", "plan", "metric", "measured", "tolerance"),
+                     _RUN_KEYS, "training_runs.toml")
 
 
 def training_table(path: str | Path | None = None):
@@ -61,14 +69,11 @@ _MEMORY_KEYS = {"id", "source", "where", "kind", "formula", "inputs", "vary", "s
 def memory_runs(path: str | Path | None = None) -> list[dict]:
     """Published memory figures (default: the shipped file), validated."""
     path = Path(path) if path else HERE / "memory_runs.toml"
-    runs = read_toml(path, str(path)).get("run", [])
-    for i, run in enumerate(runs):
-        where = f"{path.name}: run {run.get('id', i + 1)}"
-        unknown = set(run) - _MEMORY_KEYS
-        if unknown:
-            raise SnlabError(f"{where}.{sorted(unknown)[0]}", "unknown field", ", ".join(sorted(_MEMORY_KEYS)))
-        if run.get("kind") not in ("value", "saving"):
-            raise SnlabError(f"{where}.kind", f"got {run.get('kind')!r}", "value, saving")
+    runs = read_runs(path, ("id", "source", "where", "kind", "formula", "inputs", "measured", "tolerance"),
+                     _MEMORY_KEYS, "memory_runs.toml")
+    for run in runs:
+        if run["kind"] not in ("value", "saving"):
+            raise SnlabError(f"{path.name}: run {run['id']}.kind", f"got {run['kind']!r}", "value, saving")
     return runs
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import SnlabError
-from ..presets import read_toml
 
 HERE = Path(__file__).parent
 _REQUIRED = ("id", "source", "where", "model", "system", "deployment", "metric", "measured", "tolerance", "gap")
@@ -19,21 +18,14 @@ _KEYS = set(_REQUIRED) | {"definition", "note", "title", "url"}
 def serving_runs(path: str | Path | None = None) -> list[dict]:
     """The published serving runs (default: the shipped file), validated."""
     from ..serve_planner import DEFAULTS
+    from . import read_runs
     path = Path(path) if path else HERE / "serving_runs.toml"
-    runs = read_toml(path, str(path)).get("run", [])
-    for i, run in enumerate(runs):
-        where = f"{path.name}: run {run.get('id', i + 1)}"
-        unknown = set(run) - _KEYS
-        if unknown:
-            raise SnlabError(f"{where}.{sorted(unknown)[0]}", "unknown field", ", ".join(sorted(_KEYS)))
-        for key in _REQUIRED:
-            if key not in run:
-                raise SnlabError(f"{where}.{key}", "missing", "see serving_runs.toml for the format")
+    runs = read_runs(path, _REQUIRED, _KEYS, "serving_runs.toml")
+    for run in runs:
         bad = set(run["deployment"]) - set(DEFAULTS)
         if bad:   # system fields would change a device constant for one row
-            raise SnlabError(f"{where}.deployment.{sorted(bad)[0]}", "not a deployment field", ", ".join(DEFAULTS))
-        if not 0 < run["tolerance"] < 1:
-            raise SnlabError(f"{where}.tolerance", f"got {run['tolerance']}", "a relative tolerance in (0, 1)")
+            raise SnlabError(f"{path.name}: run {run['id']}.deployment.{sorted(bad)[0]}", "not a deployment field",
+                             ", ".join(DEFAULTS))
     return runs
 
 
