@@ -3,10 +3,17 @@
 # On a fresh machine with Python 3.11 (or newer) only two commands are needed:
 #
 #   make lab     set everything up, then open JupyterLab on notebooks/00-start-here.ipynb
-#   make test    set everything up, then run every test (pytest over tests/, nbval over notebooks/)
+#   make test    set everything up, then run every test (pytest over tests/, nbval over
+#                notebooks/, and the real-browser tests with Debian's chromium)
 #
 # Other targets: `make setup` (only the environment), `make lock` (regenerate the
-# lock, see below), `make clean`, `make help`.
+# lock, see below), `make browser-deps` (apt-get install chromium if missing),
+# `make figures` (re-export the README's images), `make notebooks` (re-run the
+# notebooks and keep only the outputs nbval checks), `make clean`, `make help`.
+#
+# Charts work without internet: `make lab` and `make test` set SNLAB_OFFLINE=1, which
+# makes every Altair chart use the JavaScript bundled in vl-convert-python instead of a
+# CDN (see snlab/offline.py). `make lab OFFLINE=0` loads it from the CDN instead.
 #
 # Variables you can override on the command line or in the environment:
 #   PYTHON=/path/to/python3.11   interpreter used to create .venv (default: python3.11, else python3 >= 3.11)
@@ -16,6 +23,8 @@
 #   LAB_ARGS='...'               extra arguments for `jupyter lab`
 #   PYTEST_ARGS='...'            extra arguments for pytest, e.g. PYTEST_ARGS='-k units -x'
 #   TEST_PATHS='tests notebooks' what `make test` runs
+#   OFFLINE=1                    charts without a CDN in `make lab` (0: from the CDN)
+#   BROWSER_TESTS=1              0: skip the real-browser tests (and installing chromium)
 #
 # ---------------------------------------------------------------------------------
 # The environment and its lock
@@ -84,6 +93,8 @@ LAB_ARGS    ?=
 TEST_PATHS  ?= tests notebooks
 PYTEST_ARGS ?=
 NBVAL_CELL_TIMEOUT ?= 600
+OFFLINE     ?= 1
+BROWSER_TESTS ?= 1
 
 VPY   := $(VENV)/bin/python
 STAMP := $(VENV)/.snlab-setup-stamp
@@ -95,13 +106,16 @@ export PIP_PROGRESS_BAR := off
 endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help setup test lab lock clean browser-deps
+.PHONY: help setup test lab lock clean browser-deps figures notebooks
 
 help:
 	@echo "make lab      set up .venv and open JupyterLab on $(NOTEBOOK)"
-	@echo "make test     set up .venv and run pytest over tests/ and nbval over notebooks/"
+	@echo "make test     set up .venv; run pytest over tests/, nbval over notebooks/, the browser tests"
 	@echo "make setup    only create/refresh .venv from $(LOCK)"
 	@echo "make lock     regenerate $(LOCK) from pyproject.toml (see comments in Makefile)"
+	@echo "make figures  re-export the README's images into notebooks/figures/ (offline)"
+	@echo "make notebooks  re-run the notebooks; keep only the outputs nbval checks"
+	@echo "make browser-deps  apt-get install Debian's chromium for the browser tests"
 	@echo "make clean    remove .venv and caches"
 
 # --- the interpreter and the virtual environment ----------------------------------
@@ -145,12 +159,16 @@ setup: $(VPY)
 
 # --- using it ------------------------------------------------------------------------
 
-# One pytest run: the unit/property tests and the notebooks (nbval, lax: outputs are
-# compared only in cells marked # NBVAL_CHECK_OUTPUT). --nbval-current-env runs the
-# notebooks in this venv's kernel, whatever kernelspecs the machine has. Exit code 5
-# ("no tests collected") is a failure here, on purpose.
-test: setup
-	$(VPY) -m pytest $(TEST_PATHS) --nbval-lax --nbval-current-env \
+# One pytest run: the unit/property tests, the notebooks (nbval, lax: outputs are
+# compared only in cells marked # NBVAL_CHECK_OUTPUT) and the browser tests
+# (tests/test_browser.py: JupyterLab and Voila driven by Playwright with Debian's
+# chromium, which browser-deps installs; SNLAB_REQUIRE_BROWSER=1 makes a missing
+# browser a failure instead of a skip; BROWSER_TESTS=0 skips them, e.g. on a laptop
+# without chromium). --nbval-current-env runs the notebooks in this
+# venv's kernel, whatever kernelspecs the machine has. SNLAB_OFFLINE=1: no chart may
+# need the internet. Exit code 5 ("no tests collected") is a failure here, on purpose.
+test: setup browser-deps
+	SNLAB_OFFLINE=1 SNLAB_REQUIRE_BROWSER=$(BROWSER_TESTS) $(VPY) -m pytest $(TEST_PATHS) --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) $(PYTEST_ARGS)
 
 # Serves the repo root and makes $(NOTEBOOK) the landing page (default_url), so both the
@@ -172,6 +190,8 @@ lab: setup
 	fi; \
 	[[ -f "$(NOTEBOOK)" ]] || echo "lab: warning: $(NOTEBOOK) does not exist" >&2; \
 	echo "lab: stop the server with Ctrl-C"; \
+	echo "lab: charts $$([[ "$(OFFLINE)" == 1 ]] && echo 'offline (bundled JavaScript, no CDN)' || echo 'from the CDN') -- OFFLINE=$(OFFLINE)"; \
+	export SNLAB_OFFLINE="$(OFFLINE)"; \
 	exec $(VENV)/bin/jupyter lab "$${args[@]}" \
 	  --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url="/lab/tree/$(NOTEBOOK)" $(LAB_ARGS)
 
@@ -188,20 +208,30 @@ lock: $(UV)
 	  --output-file $(LOCK) $(LOCK_ARGS)
 	@echo "lock: wrote $(LOCK); now run 'make test' and commit it with pyproject.toml"
 
-# --- later: browser tests --------------------------------------------------------------
+# --- browser tests, figures, notebooks ------------------------------------------------------
 
-# System packages for the browser tests to come (Debian's chromium, driven by Python
-# playwright with executable_path=/usr/bin/chromium; never `playwright install`).
-# Not used yet. To wire it in: add a `browser` extra with playwright to pyproject.toml,
-# append it to LOCK_EXTRAS, `make lock`, and make `test` depend on `browser-deps`.
+# System packages for the browser tests (Debian's chromium, driven by Python playwright
+# with executable_path=/usr/bin/chromium; never `playwright install`, which downloads a
+# browser). `make test` depends on it; CI runs as root with apt reachable.
 browser-deps:
-	@if command -v chromium >/dev/null 2>&1; then \
+	@if [[ "$(BROWSER_TESTS)" == 0 ]]; then \
+	  echo "browser-deps: BROWSER_TESTS=0, the browser tests will be skipped"; \
+	elif command -v chromium >/dev/null 2>&1; then \
 	  echo "browser-deps: $$(chromium --version 2>/dev/null || echo chromium) already installed"; \
 	elif [[ "$$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
 	else \
 	  echo "ERROR: chromium is missing; install it (Debian/Ubuntu: sudo apt-get install chromium)." >&2; exit 1; \
 	fi
+
+# The README's images, written offline by vl-convert (byte-identical for the same numbers).
+figures: setup
+	$(VPY) -m snlab.figures --out notebooks/figures
+
+# Re-runs every notebook and keeps only the outputs of the cells marked
+# # NBVAL_CHECK_OUTPUT (nbval's references); everything else stays stripped for git.
+notebooks: setup
+	SNLAB_OFFLINE=1 $(VPY) notebooks/refresh_outputs.py
 
 # --- cleaning --------------------------------------------------------------------------
 

@@ -1,0 +1,441 @@
+"""Charts of the three walls: functions that return Altair specs.
+
+Every builder takes plain data (a DataFrame from :func:`snlab.sweep` or
+:func:`snlab.search`, a list of :class:`~snlab.results.TrainResult`, or preset names)
+and returns an ``alt.Chart`` (or a layered/concatenated chart). Nothing is drawn here:
+a chart is a spec, so tests assert on ``chart.to_dict()`` and the widgets in
+:mod:`snlab.widgets` swap specs in place.
+
+Conventions: every axis title and tooltip names its unit in square brackets; bytes
+are shown in decimal GB (1 GB = 1e9 bytes), times in seconds or microseconds, MFU in
+percent. The ``*_frame`` functions compute the numbers (from the library's formulas,
+never re-derived here); the chart functions only draw them.
+
+Importing this module applies the offline switch (``SNLAB_OFFLINE=1``, see
+:mod:`snlab.offline`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from . import offline
+from .chart_base import (FIELDS, GB, OVERLAP_ORDER, PLAN_TOOLTIP, US, _column, _data, _label,  # noqa: F401
+                         _plain, _scaled, _title, _tooltip_plan, as_frame, save)
+from .errors import SnlabError
+from .presets import device as load_device
+from .presets import system as load_system
+from .walls import compute as cw
+
+offline.apply_env()
+
+#: parts of a training step, in drawing order: (label, colour)
+STEP_PARTS = (
+    ("compute", "#1f4e79"),
+    ("recompute", "#6fa8dc"),
+    ("tensor-parallel comm (exposed)", "#e69138"),
+    ("expert all-to-all (exposed)", "#b45f06"),
+    ("context-parallel comm (exposed)", "#8e7cc3"),
+    ("pipeline sends (exposed)", "#c27ba0"),
+    ("data-parallel comm (exposed)", "#cc0000"),
+    ("pipeline bubble", "#999999"),
+    ("optimizer and offload", "#7f6000"),
+)
+MEMORY_PARTS = (
+    ("weights", "memory_weights_bytes", "#1f4e79"),
+    ("gradients", "memory_grads_bytes", "#6fa8dc"),
+    ("optimizer state", "memory_optimizer_bytes", "#e69138"),
+    ("activations", "memory_activations_bytes", "#93c47d"),
+)
+
+# --- the step ----------------------------------------------------------------------------
+
+def step_parts_frame(data, by: Sequence[str] = ("system",)) -> pd.DataFrame:
+    """Long table of step-time parts: one row per configuration and part.
+
+    Parts add up to ``step_time_s`` exactly: the last part ("optimizer and offload")
+    is what the step holds beyond compute, exposed communication and the bubble.
+    Columns: ``label`` (from ``by``), ``part``, ``order``, ``time_s`` [s],
+    ``share_pct`` [% of the step], ``step_s`` [s], ``mfu_pct`` [%] and the plan.
+    (Field names avoid brackets and dots: Vega-Lite reads those as nested access.)
+    """
+    frame = as_frame(data)
+    if "valid" in frame.columns:
+        frame = frame[frame["valid"]]
+    if frame.empty:
+        raise SnlabError("plan", "no valid configuration to draw", "at least one valid plan")
+    frame = frame.reset_index(drop=True)
+    step = frame["step_time_s"].astype(float)
+    compute = frame["time_compute_s"] - frame["time_recompute_s"]
+    exposed = [frame.get(f"exposed_{k}_s", 0.0) for k in ("tp", "ep", "cp", "pp", "dp")]
+    # parts of zero can come out as -1e-16 from the overlap arithmetic: clip the noise
+    columns = [np.clip(np.asarray(c, dtype=float), 0.0, None)
+               for c in (compute, frame["time_recompute_s"], *exposed, frame["time_bubble_s"])]
+    columns.append(np.clip(step.to_numpy() - sum(columns), 0.0, None))
+    n, k = len(frame), len(STEP_PARTS)
+    times = np.stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns]).ravel()
+    keep = [c for c in ("system", "model", *PLAN_TOOLTIP, "limited_by") if c in frame.columns]
+    out = {c: np.tile(_column(frame, c), k) for c in keep}
+    out["label"] = np.tile(_label(frame, by).to_numpy(), k)
+    out["part"] = np.repeat([name for name, _ in STEP_PARTS], n)
+    out["order"] = np.repeat(np.arange(k), n)
+    out["time_s"] = times
+    out["share_pct"] = 100.0 * times / np.tile(step.to_numpy(), k)
+    out["step_s"] = np.tile(step.to_numpy(), k)
+    out["mfu_pct"] = np.tile(100.0 * frame["mfu"].to_numpy(dtype=float), k)
+    return pd.DataFrame(out)
+
+
+def step_breakdown(data, by: Sequence[str] = ("system",), normalize: bool = False, sort=None,
+                   title: str | None = None, width: int = 520) -> alt.Chart:
+    """Stacked horizontal bars: where each configuration's step time goes.
+
+    ``by`` names the columns that label a bar (``("system",)``, ``("model",
+    "system")``); ``normalize=True`` draws shares of the step [%] instead of seconds,
+    for comparing models whose steps differ by orders of magnitude.
+    """
+    long = step_parts_frame(data, by)
+    long = long[long["time_s"] > 0]
+    x_field, x_title = ("share_pct", "share of the step [%]") if normalize else ("time_s", "time per step [s]")
+    labels = [name for name, _ in STEP_PARTS]
+    colors = [c for _, c in STEP_PARTS]
+    tooltip = [alt.Tooltip("label:N", title=" / ".join(by)), alt.Tooltip("part:N", title="part"),
+               alt.Tooltip("time_s:Q", title="time [s]", format=".3~g"),
+               alt.Tooltip("share_pct:Q", title="share of the step [%]", format=".1f"),
+               alt.Tooltip("step_s:Q", title="step time [s]", format=".3~g"),
+               alt.Tooltip("mfu_pct:Q", title="MFU [%]", format=".1f"),
+               *_tooltip_plan(long)]
+    return alt.Chart(_data(long), title=title or "Where the step time goes").mark_bar().encode(
+        x=alt.X(f"{x_field}:Q", title=x_title, stack="zero",
+                scale=alt.Scale(domain=[0, 100]) if normalize else alt.Undefined),
+        y=alt.Y("label:N", title=None, sort=sort if sort is not None else list(dict.fromkeys(long["label"]))),
+        color=alt.Color("part:N", title="part of the step", sort=labels,
+                        scale=alt.Scale(domain=labels, range=colors), legend=alt.Legend(orient="bottom", columns=3)),
+        order=alt.Order("order:Q"),
+        tooltip=tooltip,
+    ).properties(width=width, height=alt.Step(28))
+
+
+def metric_chart(data, x: str, y: str = "mfu", color: str = "system", sort=None, detail: str | None = None,
+                 title: str | None = None, mark: str = "line", log_y: bool = False, width: int = 420,
+                 height: int = 260) -> alt.Chart:
+    """A metric of each configuration (``y``, a sweep column such as ``mfu`` or
+    ``step_time_s``) against a plan or model column ``x``, one line per ``color``.
+
+    Titles come from :data:`FIELDS` (units in brackets). ``x="overlap"`` is ordered
+    none -> all; pass ``sort`` to order any other nominal axis (e.g. models by size).
+    ``detail`` names a column that splits lines further (one line per value); ``log_y``
+    draws the metric on a log scale. Numeric plan columns in :data:`FIELDS` (prompt
+    length, batch) are drawn on a log axis.
+    """
+    frame = as_frame(data)
+    if "valid" in frame.columns:
+        frame = frame[frame["valid"]]
+    keep = list(dict.fromkeys([x, color, "system", "model", *[c for c in PLAN_TOOLTIP if c in frame.columns],
+                               "fits", *([detail] if detail else [])]))
+    plot = _plain(frame[[c for c in keep if c in frame.columns]])
+    y_title = _title(y)
+    plot["metric"] = _scaled(frame, y).values
+    if "step_time_s" in frame.columns and y != "step_time_s":
+        plot["step_s"] = frame["step_time_s"].astype(float).values
+    numeric_x = x in FIELDS and x not in ("micro_batch",) and pd.api.types.is_numeric_dtype(frame[x])
+    if numeric_x:
+        x_title = _title(x)
+        plot["x_value"] = _scaled(frame, x).values
+        x_enc = alt.X("x_value:Q", title=x_title, scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"))
+    else:
+        order = sort if sort is not None else (OVERLAP_ORDER if x == "overlap" else None)
+        x_enc = alt.X(f"{x}:O", title=_title(x) if x in FIELDS else x.replace("_", " "), sort=order,
+                      axis=_label_axis(plot[x].astype(str).unique()))
+    tooltip = [alt.Tooltip(f"{color}:N"), alt.Tooltip(f"{x}:N", title=_title(x)),
+               alt.Tooltip("metric:Q", title=y_title, format=FIELDS.get(y, ("", 1, ".3~g"))[2])]
+    if "step_s" in plot.columns:
+        tooltip.append(alt.Tooltip("step_s:Q", title="step time [s]", format=".3~g"))
+    tooltip += _tooltip_plan(plot, exclude=(x, color))
+    base = alt.Chart(_data(plot), title=title or f"{y_title.split(' [')[0]} by {x.replace('_', ' ')}")
+    marked = base.mark_line(point=True) if mark == "line" else base.mark_bar()
+    enc = dict(x=x_enc, y=alt.Y("metric:Q", title=y_title, scale=alt.Scale(type="log") if log_y else alt.Undefined),
+               color=alt.Color(f"{color}:N", title=color),
+               tooltip=tooltip)
+    if mark == "bar":
+        enc["xOffset"] = alt.XOffset(f"{color}:N")
+    if detail:
+        enc["detail"] = alt.Detail(f"{detail}:N")
+    if "fits" in plot.columns and mark == "line" and not plot["fits"].all():
+        enc["shape"] = alt.Shape("fits:N", title="fits in memory", scale=alt.Scale(domain=[True, False],
+                                                                                   range=["circle", "cross"]))
+    return marked.encode(**enc).properties(width=width, height=height)
+
+
+def mfu_chart(data, x: str = "model", color: str = "system", **kw) -> alt.Chart:
+    """MFU [%] against ``x`` (model, micro_batch, overlap, ...), one line per system."""
+    return metric_chart(data, x=x, y="mfu", color=color, **kw)
+
+
+# --- memory ------------------------------------------------------------------------------
+
+def _parts_long(frame: pd.DataFrame, parts, by: Sequence[str], total: np.ndarray, capacity: np.ndarray,
+                keep: Sequence[str]) -> pd.DataFrame:
+    """Long table, one row per configuration and part: ``memory_gb`` of the part,
+    ``total_gb`` and ``capacity_gb`` of the configuration [GB], with the ``keep`` columns."""
+    n, k = len(frame), len(parts)
+    out = {c: np.tile(_column(frame, c), k) for c in keep if c in frame.columns}
+    out["label"] = np.tile(_label(frame, by).to_numpy(), k)
+    out["part"] = np.repeat([name for name, _, _ in parts], n)
+    out["order"] = np.repeat(np.arange(k), n)
+    out["memory_gb"] = np.concatenate([frame[col].to_numpy(dtype=float) for _, col, _ in parts]) / GB
+    out["total_gb"] = np.tile(np.asarray(total, dtype=float), k) / GB
+    out["capacity_gb"] = np.tile(np.asarray(capacity, dtype=float), k) / GB
+    return pd.DataFrame(out)
+
+
+def _label_axis(labels) -> alt.Axis:
+    """Horizontal labels when they fit under their bars, slanted otherwise."""
+    crowded = sum(len(str(label)) for label in labels) > 60
+    return alt.Axis(labelAngle=-30 if crowded else 0, labelLimit=220)
+
+
+def _valid(frame: pd.DataFrame) -> pd.DataFrame:
+    if "valid" in frame.columns:
+        frame = frame[frame["valid"]]
+    if frame.empty:
+        raise SnlabError("plan", "no valid configuration to draw", "at least one valid plan")
+    return frame.reset_index(drop=True)
+
+
+def memory_parts_frame(data, by: Sequence[str] = ("system",)) -> pd.DataFrame:
+    """Long table of memory per device [GB] by part, with the device's HBM capacity."""
+    frame = _valid(as_frame(data))
+    return _parts_long(frame, MEMORY_PARTS, by, frame["memory_total_bytes"], frame["memory_capacity_bytes"],
+                       ("system", "model", *PLAN_TOOLTIP, "fits"))
+
+
+def _stacked_memory(long: pd.DataFrame, parts, by: Sequence[str], legend: str, title: str, sort,
+                    width: int, height: int, extra_tooltip=()) -> alt.LayerChart:
+    labels = [n for n, _, _ in parts]
+    order = sort if sort is not None else list(dict.fromkeys(long["label"]))
+    x = alt.X("label:N", title=" / ".join(by).replace("_", " "), sort=order, axis=_label_axis(order))
+    tooltip = [alt.Tooltip("label:N", title=" / ".join(by)), alt.Tooltip("part:N", title=legend),
+               alt.Tooltip("memory_gb:Q", title="memory [GB]", format=".1f"),
+               alt.Tooltip("total_gb:Q", title="total per device [GB]", format=".1f"),
+               alt.Tooltip("capacity_gb:Q", title="HBM capacity [GB]", format=".0f"), *extra_tooltip]
+    bars = alt.Chart(_data(long[long["memory_gb"] > 0])).mark_bar().encode(
+        x=x, y=alt.Y("memory_gb:Q", title="memory per device [GB]", stack="zero"),
+        color=alt.Color("part:N", title=legend, sort=labels,
+                        scale=alt.Scale(domain=labels, range=[c for _, _, c in parts])),
+        order=alt.Order("order:Q"), tooltip=tooltip)
+    ticks = alt.Chart(_data(long.drop_duplicates("label"))).mark_tick(color="black", thickness=3, size=40).encode(
+        x=x, y=alt.Y("capacity_gb:Q", title="memory per device [GB]"),
+        tooltip=[alt.Tooltip("label:N", title=" / ".join(by)),
+                 alt.Tooltip("capacity_gb:Q", title="HBM capacity [GB]", format=".0f")])
+    return alt.layer(bars, ticks, title=title).properties(width=width, height=height)
+
+
+def memory_breakdown(data, by: Sequence[str] = ("system",), title: str | None = None, sort=None,
+                     width: int = 420, height: int = 260) -> alt.LayerChart:
+    """Stacked bars of memory per device [GB] (weights, gradients, optimizer state,
+    activations) with a black tick at each device's HBM capacity."""
+    long = memory_parts_frame(data, by)
+    return _stacked_memory(long, MEMORY_PARTS, by, "memory",
+                           title or "Memory per device against HBM capacity (black tick)", sort, width, height,
+                           _tooltip_plan(long))
+
+
+# --- serving: where the KV cache lives ---------------------------------------------------------
+
+#: parts of a serving device's memory, in drawing order: (label, serve_sweep column, colour)
+KV_PARTS = (
+    ("weights", "weights_bytes_per_device", "#1f4e79"),
+    ("KV cache in HBM", "kv_hbm_bytes_per_device", "#6fa8dc"),
+    ("KV cache in the pool", "kv_pool_bytes_per_device", "#93c47d"),
+    ("KV cache in host DRAM", "kv_host_bytes_per_device", "#e69138"),
+    ("KV cache on SSD", "kv_ssd_bytes_per_device", "#cc0000"),
+    ("KV cache with no room", "kv_unplaced_bytes_per_device", "#999999"),
+)
+
+
+def kv_placement_frame(frame: pd.DataFrame, by: Sequence[str] = ("system",)) -> pd.DataFrame:
+    """Long table of a :func:`snlab.serve_sweep` frame: weights and KV cache per device
+    [GB] by memory tier, the device's HBM capacity [GB] and the time per output token."""
+    frame = _valid(frame)
+    capacity = np.asarray([load_system(str(s)).device.hbm_capacity for s in frame["system"]])
+    total = sum(frame[col].to_numpy(dtype=float) for _, col, _ in KV_PARTS)
+    long = _parts_long(frame, KV_PARTS, by, total, capacity,
+                       ("system", "model", "tp", "pp", "dp", "ep", "batch", "prompt_len", "kv_location", "fits"))
+    long["tpot_ms"] = np.tile(frame["tpot_s"].to_numpy(dtype=float) * 1e3, len(KV_PARTS))
+    return long
+
+
+def kv_placement(frame: pd.DataFrame, by: Sequence[str] = ("system",), title: str | None = None, sort=None,
+                 width: int = 420, height: int = 260) -> alt.LayerChart:
+    """Stacked bars of where a serving device's memory goes [GB] (weights, then the KV
+    cache in HBM, the supernode's pool, host DRAM, SSD, or nowhere), with a black tick
+    at the device's HBM capacity."""
+    long = kv_placement_frame(frame, by)
+    extra = [alt.Tooltip("kv_location:N", title="KV cache lives in"),
+             alt.Tooltip("tpot_ms:Q", title="time per output token [ms]", format=".3~g"),
+             alt.Tooltip("batch:Q", title="batch [sequences]"), alt.Tooltip("prompt_len:Q", title="prompt [tokens]")]
+    return _stacked_memory(long, KV_PARTS, by, "memory", title or "Where the KV cache lives (black tick: HBM)",
+                           sort, width, height, extra)
+
+
+# --- compute: the roofline -------------------------------------------------------------------
+
+def roofline_frame(devices: Iterable, intensities=None, sustained_clock: float | None = None) -> pd.DataFrame:
+    """Attainable TFLOP/s against arithmetic intensity [FLOP/byte] for each device,
+    from :data:`snlab.walls.compute.roofline_time` (achievable efficiencies included).
+    By default 31 intensities from 0.1 to 10^4 FLOP/byte plus each device's ridge."""
+    rows = []
+    for dev in devices:
+        d = load_device(dev)
+        roof = dict(peak_flops=d.peak("bf16"), gemm_efficiency=d.gemm_efficiency,
+                    sustained_clock=d.sustained_clock if sustained_clock is None else sustained_clock,
+                    memory_bandwidth=d.hbm_bandwidth, memory_efficiency=d.memory_efficiency)
+        x = intensities
+        if x is None:
+            # the ridge, where a FLOP's compute time equals the memory time of 1/I bytes
+            ridge = float(cw.roofline_time(flops=0.0, bytes_moved=1.0, **roof)
+                          / cw.roofline_time(flops=1.0, bytes_moved=0.0, **roof))
+            x = np.unique(np.append(np.logspace(-1, 4, 31), ridge))
+        x = np.asarray(x, dtype=float)
+        work = 1e12                                  # any amount: the ratio is what counts
+        time = cw.roofline_time(flops=work, bytes_moved=work / x, **roof)
+        rows.append(pd.DataFrame({"device": d.name, "intensity": x, "tflops": work / time / 1e12}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def gemm_frame(devices, tokens, k: float, n: float, sustained_clock: float | None = None,
+               element_bytes: float = 2.0) -> pd.DataFrame:
+    """Where a (tokens x k) by (k x n) matrix multiply sits on the roofline of each device
+    (one name, a Device, or a list of them): intensity [FLOP/byte], attainable TFLOP/s,
+    time [us] and whether its memory time or its compute time is the longer."""
+    if isinstance(devices, str) or hasattr(devices, "peak_flops"):
+        devices = [devices]
+    m = np.atleast_1d(np.asarray(tokens, dtype=float))
+    shape = dict(gemm_m=m, gemm_k=k, gemm_n=n, element_bytes=element_bytes)
+    flops = cw.gemm_flops(gemm_m=m, gemm_k=k, gemm_n=n)
+    moved = cw.gemm_bytes(**shape)
+    frames = []
+    for dev in devices:
+        d = load_device(dev)
+        roof = dict(peak_flops=d.peak("bf16"), gemm_efficiency=d.gemm_efficiency,
+                    sustained_clock=d.sustained_clock if sustained_clock is None else sustained_clock,
+                    memory_bandwidth=d.hbm_bandwidth, memory_efficiency=d.memory_efficiency)
+        time = cw.gemm_time(**roof, **shape)
+        memory_time = cw.roofline_time(flops=0.0, bytes_moved=moved, **roof)
+        compute_time = cw.roofline_time(flops=flops, bytes_moved=0.0, **roof)
+        frames.append(pd.DataFrame({"device": d.name, "tokens": m, "intensity": flops / moved,
+                                    "tflops": flops / time / 1e12, "time_us": time / US,
+                                    "bound": np.where(memory_time > compute_time, "memory-bound", "compute-bound")}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def roofline(devices: Iterable = ("a100-pcie-80gb", "ascend-910c"), gemms: pd.DataFrame | None = None,
+             sustained_clock: float | None = None, highlight: float | None = None, title: str | None = None,
+             width: int = 460, height: int = 300) -> alt.LayerChart:
+    """Roofline of each device (log-log) with optional GEMM points from :func:`gemm_frame`;
+    the point with ``tokens == highlight`` is drawn large and labelled."""
+    lines = alt.Chart(_data(roofline_frame(devices, sustained_clock=sustained_clock))).mark_line().encode(
+        x=alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity [FLOP/byte]"),
+        y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="attainable compute [TFLOP/s]"),
+        color=alt.Color("device:N"),
+        tooltip=[alt.Tooltip("device:N", title="device"),
+                 alt.Tooltip("intensity:Q", title="intensity [FLOP/byte]", format=".3~g"),
+                 alt.Tooltip("tflops:Q", title="attainable [TFLOP/s]", format=".4~g")])
+    layers = [lines]
+    if gemms is not None:
+        tooltip = [alt.Tooltip("device:N", title="device"),
+                   alt.Tooltip("tokens:Q", title="tokens (GEMM rows M) [count]", format=","),
+                   alt.Tooltip("intensity:Q", title="intensity [FLOP/byte]", format=".3~g"),
+                   alt.Tooltip("tflops:Q", title="attainable [TFLOP/s]", format=".4~g"),
+                   alt.Tooltip("time_us:Q", title="time [µs]", format=".3~g"), alt.Tooltip("bound:N", title="bound")]
+        x, y = alt.X("intensity:Q"), alt.Y("tflops:Q")
+        layers.append(alt.Chart(_data(gemms)).mark_point(size=70, filled=True, opacity=0.6).encode(
+            x=x, y=y, color=alt.Color("device:N"), shape=alt.Shape("bound:N", title="GEMM"),
+            tooltip=tooltip))
+        if highlight is not None:
+            chosen = gemms[gemms["tokens"] == highlight].assign(label=lambda d: [f"M = {int(m):,}" for m in d.tokens])
+            base = alt.Chart(_data(chosen)).encode(x=x, y=y, tooltip=tooltip)
+            layers.append(base.mark_point(size=260, filled=False, strokeWidth=3, color="black"))
+            layers.append(base.mark_text(dy=-16, fontWeight="bold").encode(text=alt.Text("label:N")))
+    return alt.layer(*layers, title=title or "Roofline: compute-bound right of the ridge, memory-bound left"
+                     ).properties(width=width, height=height)
+
+
+# --- communication ---------------------------------------------------------------------------
+
+COLLECTIVES = ("all-reduce", "reduce-scatter", "all-to-all", "point-to-point")
+
+
+def collective_frame(systems: Iterable, collective: str = "all-reduce", group_size: int = 16,
+                     sizes=None, levels: bool = True) -> pd.DataFrame:
+    """Time [us] of one collective against message size [bytes], as the training model
+    places it (:mod:`snlab.training`: a group larger than a scale-up domain pays the
+    two-level collective). With ``levels``, also the same group on each level alone
+    ("scale-up only", "scale-out only"), to see which level sets the cost."""
+    from . import training
+    if collective not in COLLECTIVES:
+        raise SnlabError("collective", f"got {collective!r}", ", ".join(COLLECTIVES))
+    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2:
+        raise SnlabError("group_size", f"got {group_size!r}", "a whole number >= 2")
+    sizes = np.logspace(2, 10, 81) if sizes is None else np.asarray(sizes, dtype=float)
+    n = np.full_like(sizes, float(group_size))
+    rows = []
+    for name in systems:
+        system = load_system(name)
+        hw = training.hardware(system)
+        variants = {"as placed": hw}
+        if levels:
+            big = dict(hw, scale_up_domain_size=float(group_size))
+            variants["scale-up only"] = big
+            variants["scale-out only"] = dict(hw, scale_up_domain_size=1.0)
+        for level, h in variants.items():
+            if collective == "all-reduce":
+                t = training.all_reduce(sizes, n, 1.0, h)
+            elif collective == "reduce-scatter":
+                t = training.reduce_scatter(sizes, n, 1.0, h)
+            elif collective == "all-to-all":
+                t = training.all_to_all(sizes, n, 1.0, h)
+            else:
+                inside = {"as placed": group_size <= hw["scale_up_domain_size"],
+                          "scale-up only": True, "scale-out only": False}[level]
+                t = training.point_to_point(sizes, inside, hw)
+            domains = 1 if level == "scale-up only" else int(np.ceil(group_size / h["scale_up_domain_size"]))
+            rows.append(pd.DataFrame({"system": system.name, "level": level, "message_bytes": sizes,
+                                      "time_us": np.broadcast_to(t, sizes.shape) / US,
+                                      "bandwidth_gbs": sizes / np.broadcast_to(t, sizes.shape) / GB,
+                                      "domains": domains}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def collective_time(systems: Iterable = ("pcie-ethernet-a100", "cloudmatrix384"), collective: str = "all-reduce",
+                    group_size: int = 16, levels: bool = True, sizes=None, title: str | None = None,
+                    width: int = 460, height: int = 300) -> alt.Chart:
+    """Collective time [us] against message size [bytes] (log-log): flat at small
+    messages (latency-bound), rising with slope 1 at large ones (bandwidth-bound)."""
+    frame = collective_frame(systems, collective, group_size, sizes, levels)
+    enc = dict(
+        x=alt.X("message_bytes:Q", scale=alt.Scale(type="log"), title="message size [bytes]",
+                axis=alt.Axis(format="~s")),
+        y=alt.Y("time_us:Q", scale=alt.Scale(type="log"), title="time [µs]"),
+        color=alt.Color("system:N"),
+        tooltip=[alt.Tooltip("system:N", title="system"), alt.Tooltip("level:N", title="level"),
+                 alt.Tooltip("message_bytes:Q", title="message [bytes]", format=".3~s"),
+                 alt.Tooltip("time_us:Q", title="time [µs]", format=".3~g"),
+                 alt.Tooltip("bandwidth_gbs:Q", title="algorithm bandwidth [GB/s]", format=".3~g"),
+                 alt.Tooltip("domains:Q", title="scale-up domains spanned [count]")])
+    if levels:
+        names = ["as placed", "scale-up only", "scale-out only"]
+        enc["strokeDash"] = alt.StrokeDash("level:N", title="network level", sort=names,
+                                           scale=alt.Scale(domain=names, range=[[1, 0], [4, 3], [1, 3]]))
+    return alt.Chart(_data(frame), title=title or f"{collective} over {group_size} devices").mark_line().encode(
+        **enc).properties(width=width, height=height)
+
+
+def enable_offline(offline_mode: bool = True) -> None:
+    """Render every chart without a CDN (see :func:`snlab.offline.enable_offline`)."""
+    offline.enable_offline(offline_mode)
