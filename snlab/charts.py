@@ -285,6 +285,13 @@ def kv_placement(frame: pd.DataFrame, by: Sequence[str] = ("system",), title: st
 
 # --- compute: the roofline -------------------------------------------------------------------
 
+def _roof_inputs(d, sustained_clock: float | None) -> dict:
+    """A device's numbers under the roofline formula's input names (BF16 peak)."""
+    return dict(peak_flops=d.peak("bf16"), gemm_efficiency=d.gemm_efficiency,
+                sustained_clock=d.sustained_clock if sustained_clock is None else sustained_clock,
+                memory_bandwidth=d.hbm_bandwidth, memory_efficiency=d.memory_efficiency)
+
+
 def roofline_frame(devices: Iterable, intensities=None, sustained_clock: float | None = None) -> pd.DataFrame:
     """Attainable TFLOP/s against arithmetic intensity [FLOP/byte] for each device,
     from :data:`snlab.walls.compute.roofline_time` (achievable efficiencies included).
@@ -292,9 +299,7 @@ def roofline_frame(devices: Iterable, intensities=None, sustained_clock: float |
     rows = []
     for dev in devices:
         d = load_device(dev)
-        roof = dict(peak_flops=d.peak("bf16"), gemm_efficiency=d.gemm_efficiency,
-                    sustained_clock=d.sustained_clock if sustained_clock is None else sustained_clock,
-                    memory_bandwidth=d.hbm_bandwidth, memory_efficiency=d.memory_efficiency)
+        roof = _roof_inputs(d, sustained_clock)
         x = intensities
         if x is None:
             # the ridge, where a FLOP's compute time equals the memory time of 1/I bytes
@@ -322,9 +327,7 @@ def gemm_frame(devices, tokens, k: float, n: float, sustained_clock: float | Non
     frames = []
     for dev in devices:
         d = load_device(dev)
-        roof = dict(peak_flops=d.peak("bf16"), gemm_efficiency=d.gemm_efficiency,
-                    sustained_clock=d.sustained_clock if sustained_clock is None else sustained_clock,
-                    memory_bandwidth=d.hbm_bandwidth, memory_efficiency=d.memory_efficiency)
+        roof = _roof_inputs(d, sustained_clock)
         time = cw.gemm_time(**roof, **shape)
         memory_time = cw.roofline_time(flops=0.0, bytes_moved=moved, **roof)
         compute_time = cw.roofline_time(flops=flops, bytes_moved=0.0, **roof)

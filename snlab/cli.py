@@ -29,6 +29,15 @@ def _find_preset(name: str, kind: str | None):
     raise SnlabError("name", f"unknown preset {name!r}", "one of " + ", ".join(valid))
 
 
+def side_by_side(results, rows, min_width: int = 12) -> None:
+    """Print ``(label, fn)`` rows with one column per result, headed by its system."""
+    width = max(len(label) for label, _ in rows)
+    cols = [max(len(r.system), min_width) for r in results]
+    print(" " * (width + 2) + "  ".join(f"{r.system:>{w}}" for r, w in zip(results, cols)))
+    for label, fn in rows:
+        print(f"{label:<{width}}  " + "  ".join(f"{fn(r):>{w}}" for r, w in zip(results, cols)))
+
+
 def _cmd_presets(args) -> int:
     from . import presets
     if args.action == "show":

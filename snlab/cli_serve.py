@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 
+from .cli import side_by_side
 from .errors import SnlabError
 from .units import fmt_bytes, fmt_seconds, parse_quantity
 
@@ -117,11 +118,7 @@ def _cmd_serve(args) -> int:
         print(results[0])
         return 0
     print(f"{results[0].model}: {results[0].deployment_text()}")
-    width = max(len(label) for label, _ in _COMPARE_ROWS)
-    cols = [max(len(r.system), 14) for r in results]
-    print(" " * (width + 2) + "  ".join(f"{r.system:>{w}}" for r, w in zip(results, cols)))
-    for label, fn in _COMPARE_ROWS:
-        print(f"{label:<{width}}  " + "  ".join(f"{fn(r):>{w}}" for r, w in zip(results, cols)))
+    side_by_side(results, _COMPARE_ROWS, min_width=14)
     return 0
 
 

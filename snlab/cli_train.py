@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from . import plan as pl
+from .cli import side_by_side
 from .errors import SnlabError
 from .units import fmt_bytes, fmt_seconds
 
@@ -100,11 +101,7 @@ def _cmd_compare(args) -> int:
     p = first.plan
     print(f"{first.model}: tp={p['tp']} pp={p['pp']} dp={p['dp']} ep={p['ep']} cp={p['cp']}, "
           f"micro-batch {p['micro_batch']}, global batch {p['global_batch']}, recompute {p['recompute']}")
-    width = max(len(label) for label, _ in _COMPARE_ROWS)
-    cols = [max(len(r.system), 12) for r in results]
-    print(" " * (width + 2) + "  ".join(f"{r.system:>{w}}" for r, w in zip(results, cols)))
-    for label, fn in _COMPARE_ROWS:
-        print(f"{label:<{width}}  " + "  ".join(f"{fn(r):>{w}}" for r, w in zip(results, cols)))
+    side_by_side(results, _COMPARE_ROWS)
     return 0
 
 
