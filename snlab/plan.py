@@ -115,9 +115,9 @@ def violations(model: Model, g: dict, devices=None) -> np.ndarray:
     # whole numbers are compared as integers: exact, and faster than float modulo
     ints = {k: np.round(g[k]).astype(np.int64) for k in ("tp", "pp", "dp", "ep", "cp", "micro_batch",
                                                          "global_batch", "interleave", "seq_len")}
-    whole = np.ones(np.shape(g["tp"]), dtype=bool)
+    whole = True
     for k in ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "interleave"):
-        whole &= ints[k] == g[k]
+        whole = whole & (ints[k] == g[k])
     t, p, d, e, c = ints["tp"], ints["pp"], ints["dp"], ints["ep"], ints["cp"]
     b, B, v, s = ints["micro_batch"], ints["global_batch"], ints["interleave"], ints["seq_len"]
     experts = model.moe.experts if model.moe else 1
@@ -131,7 +131,7 @@ def violations(model: Model, g: dict, devices=None) -> np.ndarray:
         (e < 1) | ((d * c) % np.maximum(e, 1) != 0) | (experts % np.maximum(e, 1) != 0),
         (B % np.maximum(b * d, 1) != 0) | (B < b * d),
         (g["zero"] == 3) & (p > 1),
-        (t * p * d * c != devices) if devices is not None else np.zeros_like(t, dtype=bool),
+        (t * p * d * c != devices) if devices is not None else np.zeros((), dtype=bool),
         (d < 1) | (b < 1) | ~whole,
     ]
     first = np.full(np.broadcast(*broken).shape, -1, dtype=np.int16)

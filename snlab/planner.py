@@ -136,17 +136,18 @@ def _grid(model: Model, system: System, axes: dict) -> tuple[dict, dict, dict]:
             if np.any(vals < 0) or (np.any(vals <= 0) and "latency" not in name):
                 raise SnlabError(name, f"got {vals.tolist()}", "positive values (latencies may be 0)")
             hw_axes[name] = vals
-    # Cartesian product of every axis, as flat arrays
+    # The Cartesian product of every axis, kept as an open grid: each axis varies along a
+    # dimension of its own, so a quantity that depends on a few axes is computed on those
+    # alone and numpy broadcasts the rest (evaluate() flattens the outputs at the end)
     names = list(columns) + [f"hw:{n}" for n in hw_axes]
     arrays = list(columns.values()) + list(hw_axes.values())
-    shape = tuple(len(a) for a in arrays)
-    size = int(np.prod(shape))
-    flat = {}
+    ndim = len(arrays)
+    grid = {}
     for i, (name, arr) in enumerate(zip(names, arrays)):
-        reps = int(np.prod(shape[i + 1:]))
-        tiles = int(np.prod(shape[:i]))
-        flat[name] = np.tile(np.repeat(arr, reps), tiles) if size > 1 else arr.copy()
-    g = {n: a for n, a in flat.items() if not n.startswith("hw:")}
+        shape = [1] * ndim
+        shape[i] = len(arr)
+        grid[name] = np.asarray(arr, dtype=float).reshape(shape)
+    g = {n: a for n, a in grid.items() if not n.startswith("hw:")}
     # derived plan columns
     sp_col = g["sequence_parallel"]
     g["sequence_parallel"] = np.where(sp_col < 0, (g["tp"] > 1).astype(float), sp_col)
@@ -157,13 +158,13 @@ def _grid(model: Model, system: System, axes: dict) -> tuple[dict, dict, dict]:
         if key not in g:
             g[key] = np.asarray([lv[cls] for lv in levels])[idx]
     hw = hardware(system)
-    hw.update({n[3:]: a for n, a in flat.items() if n.startswith("hw:")})
+    hw.update({n[3:]: a for n, a in grid.items() if n.startswith("hw:")})
     return g, hw, labels
 
 
-def _precision_peak(system: System, precision: str, hw: dict) -> None:
-    if "peak_flops" not in hw or np.ndim(hw["peak_flops"]) == 0:
-        hw["peak_flops"] = system.device.peak(precision)
+def flatten(arrays: dict, shape: tuple) -> dict:
+    """Arrays of an open grid broadcast to ``shape`` and laid out flat, one row per point."""
+    return {k: (np.broadcast_to(v, shape).ravel() if np.ndim(v) else v) for k, v in arrays.items()}
 
 
 def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", devices=None):
@@ -172,20 +173,16 @@ def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", 
     if "peak_flops" not in axes:
         hw["peak_flops"] = system.device.peak(precision)
     broken = pl.violations(model, g, devices)
-    ok = broken < 0
-    if ok.all():
-        with np.errstate(all="ignore"):
-            return g, hw, labels, broken, step_columns(model, g, hw)
-    # evaluate only the rows that obey every rule; the others stay NaN / False
-    sub_hw = {k: (v[ok] if np.ndim(v) else v) for k, v in hw.items()}
     with np.errstate(all="ignore"):
-        sub = step_columns(model, {k: v[ok] for k, v in g.items()}, sub_hw)
-    out = {}
-    for key, col in sub.items():
-        full = np.zeros(ok.shape, dtype=bool) if col.dtype == bool else np.full(ok.shape, np.nan)
-        full[ok] = col
-        out[key] = full
-    return g, hw, labels, broken, out
+        out = step_columns(model, g, hw)
+    shape = np.broadcast_shapes(np.shape(broken), *(np.shape(v) for v in g.values()),
+                                *(np.shape(v) for v in hw.values()))
+    broken = np.broadcast_to(broken, shape).ravel()
+    ok = broken < 0
+    # rows that break a rule keep their plan; their outputs are NaN (False for flags)
+    out = {k: (v & ok if v.dtype == bool else np.where(ok, v, np.nan))
+           for k, v in flatten({k: np.asarray(v) for k, v in out.items()}, shape).items()}
+    return flatten(g, shape), flatten(hw, shape), labels, broken, out
 
 
 def _resolve(model: PresetLike, system: PresetLike) -> tuple[Model, System]:
@@ -363,6 +360,8 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     structural = {"tp": base[:, 0], "pp": base[:, 1], "dp": base[:, 2], "cp": base[:, 3], "ep": base[:, 4]}
     g_opts, hw, labels = _grid(m, s, {**fixed, **options, "global_batch": global_batch, "tp": 1, "pp": 1,
                                       "dp": 1, "cp": 1, "ep": 1})
+    opts_shape = np.broadcast_shapes(*(np.shape(v) for v in g_opts.values()))
+    g_opts = flatten(g_opts, opts_shape)
     n_opts = g_opts["tp"].shape[0]
     g = {k: np.tile(v, base.shape[0]) for k, v in g_opts.items()}
     for k, v in structural.items():

@@ -254,20 +254,17 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
     # data-parallel groups: dense weights over d x c (stride t); expert weights, already
     # split e ways, over the d x c / e replicas of each expert (stride t x c x e), as in
     # Megatron-Core's expert-data-parallel group
-    groups = ((dense_dev, d * c, t), (expert_dev, d * c / e, t * c * e))
-
-    def over_groups(fn, bytes_per_param):
-        return sum(fn(P * bytes_per_param, n, stride, hw) for P, n, stride in groups)
-
+    groups = ((dense_dev, d * c, t),) + (((expert_dev, d * c / e, t * c * e),) if k["experts"] else ())
+    # each group's three collectives, computed once: gather the bf16 weights, reduce-
+    # scatter or all-reduce the gradients
+    rs_w = sum(reduce_scatter(P * 2.0, n, stride, hw) for P, n, stride in groups)
+    rs_g = sum(reduce_scatter(P * q_g, n, stride, hw) for P, n, stride in groups)
+    ar_g = sum(all_reduce(P * q_g, n, stride, hw) for P, n, stride in groups)
     # ZeRO-3 gathers the weights for the forward and the backward pass and reduce-scatters
     # the gradients every micro-batch; ZeRO-2 keeps only a shard of the gradients, so it
     # reduce-scatters after every backward pass (DeepSpeed's stage 2 with accumulation)
-    zero_mb = np.where(z == 3, over_groups(reduce_scatter, 2.0) * 2 + over_groups(reduce_scatter, q_g),
-                       np.where(z == 2, over_groups(reduce_scatter, q_g), 0.0))
-    dp_step = np.where(z == 0, over_groups(all_reduce, q_g),
-                       np.where(z == 3, 0.0,
-                                np.where(z == 1, over_groups(reduce_scatter, q_g), 0.0)
-                                + over_groups(reduce_scatter, 2.0)))
+    zero_mb = np.where(z == 3, 2 * rs_w + rs_g, np.where(z == 2, rs_g, 0.0))
+    dp_step = np.where(z == 0, ar_g, np.where(z == 3, 0.0, np.where(z == 1, rs_g, 0.0) + rs_w))
 
     # ---- memory ----
     def states(formula):
