@@ -15,6 +15,8 @@ dashboard without a browser: set ``dash.controls["micro_batch"].value`` and comp
 
 from __future__ import annotations
 
+from functools import partial
+
 import functools
 from dataclasses import dataclass
 from html import escape
@@ -104,6 +106,10 @@ class Dashboard:
             self._fail(f"unexpected {type(exc).__name__}: {exc} (please report this as a bug in snlab)")
             return
         for name, chart in view.charts.items():
+            # the JupyterChart serialises the chart with to_dict(), which validates the
+            # whole spec against the Vega-Lite schema again: the chart builders' specs
+            # are validated by the test suite, so the dashboards skip it on every move
+            object.__setattr__(chart, "to_dict", partial(type(chart).to_dict, chart, validate=False))
             self.charts[name].chart = chart
         self._show(view)
         self.updates += 1
