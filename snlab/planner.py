@@ -311,8 +311,7 @@ def search_space(model: Model, devices: int, global_batch: int, **fixed) -> dict
     """Every plan for ``devices`` devices and ``global_batch`` sequences: parallel
     degrees, micro-batch, recomputation, ZeRO, sequence parallelism and interleaving.
     A keyword fixes an axis to the given value(s)."""
-    pow2 = [x for x in _divisors(devices)]
-    tps = fixed.pop("tp", [x for x in pow2 if model.heads % x == 0 and x <= 64
+    tps = fixed.pop("tp", [x for x in _divisors(devices) if model.heads % x == 0 and x <= 64
                            and (model.kv_heads % x == 0 or x % model.kv_heads == 0)])
     pps = fixed.pop("pp", [x for x in _divisors(model.layers) if devices % x == 0])
     cps = fixed.pop("cp", [x for x in (1, 2, 4, 8) if model.seq_len % x == 0])

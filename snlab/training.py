@@ -145,7 +145,7 @@ def model_constants(model: Model) -> dict[str, float]:
              + moe_layers * ((moe.experts_per_token + moe.shared_experts) * moe.expert_ffn_hidden_size if moe else 0)) / L
     return dict(
         L=float(L), h=float(model.hidden_size), a=float(model.heads), akv=float(model.kv_heads),
-        dh=float(model.head_dim), dh_flops=float(sizing.attention_head_dim(model)),
+        dh_flops=float(sizing.attention_head_dim(model)),
         # K and V tensors a layer keeps: with latent attention every head has its own
         # up-projected key (d_nope + d_rope) and value (d_v)
         akv_act=float(model.heads if model.mla else model.kv_heads),

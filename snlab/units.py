@@ -8,7 +8,6 @@ byte/second, FLOP/second). Decimal and binary prefixes are kept apart
 
 from __future__ import annotations
 
-import math
 import re
 
 from .errors import SnlabError
@@ -16,7 +15,6 @@ from .errors import SnlabError
 KB, MB, GB, TB, PB = 1e3, 1e6, 1e9, 1e12, 1e15
 KIB, MIB, GIB, TIB = 2.0**10, 2.0**20, 2.0**30, 2.0**40
 US, MS, NS = 1e-6, 1e-3, 1e-9
-TFLOPS = 1e12
 
 #: dimension name -> {unit symbol: factor to the SI base unit}
 UNITS: dict[str, dict[str, float]] = {
@@ -59,20 +57,6 @@ def parse_quantity(text: str, dimension: str, field: str) -> tuple[float, float,
                          + ", ".join(u for u in UNITS[dimension] if u))
     number, unit = float(match.group(1)), match.group(2)
     return to_si(number, unit, dimension, field), number, unit
-
-
-def check_finite_positive(value: float, field: str, *, allow_zero: bool = False,
-                          upper: float | None = None, allowed: str | None = None) -> float:
-    """Reject NaN, infinities, negatives (and zero unless ``allow_zero``)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value >= 0 if allow_zero else value > 0)
-    ok = ok and (upper is None or value <= upper)
-    if not ok:
-        if allowed is None:
-            low = ">= 0" if allow_zero else "> 0"
-            allowed = f"a finite number {low}" + (f" and <= {upper:g}" if upper is not None else "")
-        raise SnlabError(field, f"got {value!r}", allowed)
-    return float(value)
 
 
 def fmt_bytes(x: float) -> str:
