@@ -334,6 +334,7 @@ def step_columns(model: Model, g: dict, hw: dict) -> dict[str, np.ndarray]:
     window = mb_time * 2 / 3                     # the backward pass of the last micro-batch
     dp_total = cm.overlapped_time(compute_time=window, comm_time=dp_step, overlap=ov["dp"])
     dp_exposed = dp_total - window
+    dp_exposed = np.where(dp_exposed > 1e-12 * window, dp_exposed, 0.0)   # drop rounding residue
     step = m * mb_time + bubble + dp_exposed + optimizer + offload_opt
 
     # ---- utilisation ----
