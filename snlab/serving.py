@@ -352,7 +352,7 @@ def _placement(k, g, hw, weights):
 def _fit_limits(k, g, place):
     """Largest batch (whole deployment) and context (per sequence) that fit, in HBM
     alone and with every tier."""
-    t, p, d = g["tp"], g["pp"], g["dp"]
+    p, d = g["pp"], g["dp"]
     caps = place["caps"]
     per_replica = p * place["shard"]        # devices a replica's KV is spread over, in effect
     hbm, every = caps["hbm"], sum(caps.values())

@@ -1,7 +1,6 @@
 """Every shipped published run (training, memory, serving) within its tolerance, and
 the summary the README quotes."""
 
-import re
 from pathlib import Path
 
 import pytest
