@@ -6,9 +6,9 @@ Quick start::
     import snlab
     snlab.model("megatron-1t").params          # 1.008e12
     snlab.walls.communication.ring_all_reduce_time   # shows itself as LaTeX
-    snlab.presets.names("system")
+    snlab.train("llama3-70b", "dgx-h100", tp=8, pp=4, dp=8, global_batch=512)
 
-Heavy dependencies (pandas, altair, ipywidgets) are imported only when used.
+Heavy dependencies (sympy, pandas, altair, ipywidgets) are imported only when used.
 """
 
 from __future__ import annotations
@@ -19,34 +19,30 @@ from .errors import SnlabError, UnknownPresetError
 from .presets import device, model, system
 from .specs import Device, Model, System
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-_LAZY = {
-    "walls": "snlab.walls",
-    "sizing": "snlab.sizing",
-    "symbols": "snlab.symbols",
-    "units": "snlab.units",
-    "presets": "snlab.presets",
-    "charts": "snlab.charts",
-    "widgets": "snlab.widgets",
-}
-
+_LAZY_MODULES = ("walls", "sizing", "symbols", "units", "presets", "charts", "widgets", "network", "hardware",
+                 "training", "serving", "validation", "claims", "compare", "grid")
 
 _LAZY_FUNCTIONS = {
-    "train": "snlab.planner", "sweep": "snlab.planner", "search": "snlab.planner",
-    "serve": "snlab.serve_planner", "serve_sweep": "snlab.serve_planner", "serve_best": "snlab.serve_planner",
+    "train": "snlab.training", "sweep": "snlab.training", "search": "snlab.training",
+    "serve": "snlab.serving", "serve_sweep": "snlab.serving", "serve_best": "snlab.serving",
+    "formulas": "snlab.walls", "TrainResult": "snlab.training", "ServeResult": "snlab.serving",
 }
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        return import_module(_LAZY[name])
+    if name in _LAZY_MODULES:
+        return import_module(f"snlab.{name}")
     if name in _LAZY_FUNCTIONS:
         return getattr(import_module(_LAZY_FUNCTIONS[name]), name)
-    if name == "formulas":
-        return import_module("snlab.formula").formulas
     raise AttributeError(f"module 'snlab' has no attribute {name!r}")
 
 
-__all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "device", "model", "system", "Device", "Model", "System", "SnlabError",
-           "UnknownPresetError", "walls", "sizing", "symbols", "formulas", "presets"]
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_MODULES) | set(_LAZY_FUNCTIONS))
+
+
+__all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "device", "model", "system", "Device",
+           "Model", "System", "SnlabError", "UnknownPresetError", "TrainResult", "ServeResult", "walls", "sizing",
+           "symbols", "formulas", "presets", "network"]

@@ -23,10 +23,11 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from . import offline
-from .chart_base import (FIELDS, GB, OVERLAP_ORDER, PLAN_TOOLTIP, US, _column, _data, _label,  # noqa: F401
-                         _plain, _scaled, _title, _tooltip_plan, as_frame, save)
+from . import network, offline
+from .chart_data import (FIELDS, GB, OVERLAP_ORDER, PLAN_TOOLTIP, US, as_frame, column_values,  # noqa: F401
+                         inline_data, labels_of, plain, plan_tooltip, save, scaled, title_of)
 from .errors import SnlabError
+from .hardware import device_roofline, hardware
 from .presets import device as load_device
 from .presets import system as load_system
 from .walls import compute as cw
@@ -79,8 +80,8 @@ def step_parts_frame(data, by: Sequence[str] = ("system",)) -> pd.DataFrame:
     n, k = len(frame), len(STEP_PARTS)
     times = np.stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in columns]).ravel()
     keep = [c for c in ("system", "model", *PLAN_TOOLTIP, "limited_by") if c in frame.columns]
-    out = {c: np.tile(_column(frame, c), k) for c in keep}
-    out["label"] = np.tile(_label(frame, by).to_numpy(), k)
+    out = {c: np.tile(column_values(frame, c), k) for c in keep}
+    out["label"] = np.tile(labels_of(frame, by).to_numpy(), k)
     out["part"] = np.repeat([name for name, _ in STEP_PARTS], n)
     out["order"] = np.repeat(np.arange(k), n)
     out["time_s"] = times
@@ -108,8 +109,8 @@ def step_breakdown(data, by: Sequence[str] = ("system",), normalize: bool = Fals
                alt.Tooltip("share_pct:Q", title="share of the step [%]", format=".1f"),
                alt.Tooltip("step_s:Q", title="step time [s]", format=".3~g"),
                alt.Tooltip("mfu_pct:Q", title="MFU [%]", format=".1f"),
-               *_tooltip_plan(long)]
-    return alt.Chart(_data(long), title=title or "Where the step time goes").mark_bar().encode(
+               *plan_tooltip(long)]
+    return alt.Chart(inline_data(long), title=title or "Where the step time goes").mark_bar().encode(
         x=alt.X(f"{x_field}:Q", title=x_title, stack="zero",
                 scale=alt.Scale(domain=[0, 100]) if normalize else alt.Undefined),
         y=alt.Y("label:N", title=None, sort=sort if sort is not None else list(dict.fromkeys(long["label"]))),
@@ -137,26 +138,26 @@ def metric_chart(data, x: str, y: str = "mfu", color: str = "system", sort=None,
         frame = frame[frame["valid"]]
     keep = list(dict.fromkeys([x, color, "system", "model", *[c for c in PLAN_TOOLTIP if c in frame.columns],
                                "fits", *([detail] if detail else [])]))
-    plot = _plain(frame[[c for c in keep if c in frame.columns]])
-    y_title = _title(y)
-    plot["metric"] = _scaled(frame, y).values
+    plot = plain(frame[[c for c in keep if c in frame.columns]])
+    y_title = title_of(y)
+    plot["metric"] = scaled(frame, y).values
     if "step_time_s" in frame.columns and y != "step_time_s":
         plot["step_s"] = frame["step_time_s"].astype(float).values
     numeric_x = x in FIELDS and x not in ("micro_batch",) and pd.api.types.is_numeric_dtype(frame[x])
     if numeric_x:
-        x_title = _title(x)
-        plot["x_value"] = _scaled(frame, x).values
+        x_title = title_of(x)
+        plot["x_value"] = scaled(frame, x).values
         x_enc = alt.X("x_value:Q", title=x_title, scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"))
     else:
         order = sort if sort is not None else (OVERLAP_ORDER if x == "overlap" else None)
-        x_enc = alt.X(f"{x}:O", title=_title(x) if x in FIELDS else x.replace("_", " "), sort=order,
+        x_enc = alt.X(f"{x}:O", title=title_of(x) if x in FIELDS else x.replace("_", " "), sort=order,
                       axis=_label_axis(plot[x].astype(str).unique()))
-    tooltip = [alt.Tooltip(f"{color}:N"), alt.Tooltip(f"{x}:N", title=_title(x)),
+    tooltip = [alt.Tooltip(f"{color}:N"), alt.Tooltip(f"{x}:N", title=title_of(x)),
                alt.Tooltip("metric:Q", title=y_title, format=FIELDS.get(y, ("", 1, ".3~g"))[2])]
     if "step_s" in plot.columns:
         tooltip.append(alt.Tooltip("step_s:Q", title="step time [s]", format=".3~g"))
-    tooltip += _tooltip_plan(plot, exclude=(x, color))
-    base = alt.Chart(_data(plot), title=title or f"{y_title.split(' [')[0]} by {x.replace('_', ' ')}")
+    tooltip += plan_tooltip(plot, exclude=(x, color))
+    base = alt.Chart(inline_data(plot), title=title or f"{y_title.split(' [')[0]} by {x.replace('_', ' ')}")
     marked = base.mark_line(point=True) if mark == "line" else base.mark_bar()
     enc = dict(x=x_enc, y=alt.Y("metric:Q", title=y_title, scale=alt.Scale(type="log") if log_y else alt.Undefined),
                color=alt.Color(f"{color}:N", title=color),
@@ -183,8 +184,8 @@ def _parts_long(frame: pd.DataFrame, parts, by: Sequence[str], total: np.ndarray
     """Long table, one row per configuration and part: ``memory_gb`` of the part,
     ``total_gb`` and ``capacity_gb`` of the configuration [GB], with the ``keep`` columns."""
     n, k = len(frame), len(parts)
-    out = {c: np.tile(_column(frame, c), k) for c in keep if c in frame.columns}
-    out["label"] = np.tile(_label(frame, by).to_numpy(), k)
+    out = {c: np.tile(column_values(frame, c), k) for c in keep if c in frame.columns}
+    out["label"] = np.tile(labels_of(frame, by).to_numpy(), k)
     out["part"] = np.repeat([name for name, _, _ in parts], n)
     out["order"] = np.repeat(np.arange(k), n)
     out["memory_gb"] = np.concatenate([frame[col].to_numpy(dtype=float) for _, col, _ in parts]) / GB
@@ -223,12 +224,12 @@ def _stacked_memory(long: pd.DataFrame, parts, by: Sequence[str], legend: str, t
                alt.Tooltip("memory_gb:Q", title="memory [GB]", format=".1f"),
                alt.Tooltip("total_gb:Q", title="total per device [GB]", format=".1f"),
                alt.Tooltip("capacity_gb:Q", title="HBM capacity [GB]", format=".0f"), *extra_tooltip]
-    bars = alt.Chart(_data(long[long["memory_gb"] > 0])).mark_bar().encode(
+    bars = alt.Chart(inline_data(long[long["memory_gb"] > 0])).mark_bar().encode(
         x=x, y=alt.Y("memory_gb:Q", title="memory per device [GB]", stack="zero"),
         color=alt.Color("part:N", title=legend, sort=labels,
                         scale=alt.Scale(domain=labels, range=[c for _, _, c in parts])),
         order=alt.Order("order:Q"), tooltip=tooltip)
-    ticks = alt.Chart(_data(long.drop_duplicates("label"))).mark_tick(color="black", thickness=3, size=40).encode(
+    ticks = alt.Chart(inline_data(long.drop_duplicates("label"))).mark_tick(color="black", thickness=3, size=40).encode(
         x=x, y=alt.Y("capacity_gb:Q", title="memory per device [GB]"),
         tooltip=[alt.Tooltip("label:N", title=" / ".join(by)),
                  alt.Tooltip("capacity_gb:Q", title="HBM capacity [GB]", format=".0f")])
@@ -242,7 +243,7 @@ def memory_breakdown(data, by: Sequence[str] = ("system",), title: str | None = 
     long = memory_parts_frame(data, by)
     return _stacked_memory(long, MEMORY_PARTS, by, "memory",
                            title or "Memory per device against HBM capacity (black tick)", sort, width, height,
-                           _tooltip_plan(long))
+                           plan_tooltip(long))
 
 
 # --- serving: where the KV cache lives ---------------------------------------------------------
@@ -285,13 +286,6 @@ def kv_placement(frame: pd.DataFrame, by: Sequence[str] = ("system",), title: st
 
 # --- compute: the roofline -------------------------------------------------------------------
 
-def _roof_inputs(d, sustained_clock: float | None) -> dict:
-    """A device's numbers under the roofline formula's input names (BF16 peak)."""
-    return dict(peak_flops=d.peak("bf16"), gemm_efficiency=d.gemm_efficiency,
-                sustained_clock=d.sustained_clock if sustained_clock is None else sustained_clock,
-                memory_bandwidth=d.hbm_bandwidth, memory_efficiency=d.memory_efficiency)
-
-
 def roofline_frame(devices: Iterable, intensities=None, sustained_clock: float | None = None) -> pd.DataFrame:
     """Attainable TFLOP/s against arithmetic intensity [FLOP/byte] for each device,
     from :data:`snlab.walls.compute.roofline_time` (achievable efficiencies included).
@@ -299,7 +293,7 @@ def roofline_frame(devices: Iterable, intensities=None, sustained_clock: float |
     rows = []
     for dev in devices:
         d = load_device(dev)
-        roof = _roof_inputs(d, sustained_clock)
+        roof = device_roofline(d, sustained_clock=sustained_clock)
         x = intensities
         if x is None:
             # the ridge, where a FLOP's compute time equals the memory time of 1/I bytes
@@ -327,7 +321,7 @@ def gemm_frame(devices, tokens, k: float, n: float, sustained_clock: float | Non
     frames = []
     for dev in devices:
         d = load_device(dev)
-        roof = _roof_inputs(d, sustained_clock)
+        roof = device_roofline(d, sustained_clock=sustained_clock)
         time = cw.gemm_time(**roof, **shape)
         memory_time = cw.roofline_time(flops=0.0, bytes_moved=moved, **roof)
         compute_time = cw.roofline_time(flops=flops, bytes_moved=0.0, **roof)
@@ -342,7 +336,7 @@ def roofline(devices: Iterable = ("a100-pcie-80gb", "ascend-910c"), gemms: pd.Da
              width: int = 460, height: int = 300) -> alt.LayerChart:
     """Roofline of each device (log-log) with optional GEMM points from :func:`gemm_frame`;
     the point with ``tokens == highlight`` is drawn large and labelled."""
-    lines = alt.Chart(_data(roofline_frame(devices, sustained_clock=sustained_clock))).mark_line().encode(
+    lines = alt.Chart(inline_data(roofline_frame(devices, sustained_clock=sustained_clock))).mark_line().encode(
         x=alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity [FLOP/byte]"),
         y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="attainable compute [TFLOP/s]"),
         color=alt.Color("device:N"),
@@ -357,12 +351,12 @@ def roofline(devices: Iterable = ("a100-pcie-80gb", "ascend-910c"), gemms: pd.Da
                    alt.Tooltip("tflops:Q", title="attainable [TFLOP/s]", format=".4~g"),
                    alt.Tooltip("time_us:Q", title="time [µs]", format=".3~g"), alt.Tooltip("bound:N", title="bound")]
         x, y = alt.X("intensity:Q"), alt.Y("tflops:Q")
-        layers.append(alt.Chart(_data(gemms)).mark_point(size=70, filled=True, opacity=0.6).encode(
+        layers.append(alt.Chart(inline_data(gemms)).mark_point(size=70, filled=True, opacity=0.6).encode(
             x=x, y=y, color=alt.Color("device:N"), shape=alt.Shape("bound:N", title="GEMM"),
             tooltip=tooltip))
         if highlight is not None:
             chosen = gemms[gemms["tokens"] == highlight].assign(label=lambda d: [f"M = {int(m):,}" for m in d.tokens])
-            base = alt.Chart(_data(chosen)).encode(x=x, y=y, tooltip=tooltip)
+            base = alt.Chart(inline_data(chosen)).encode(x=x, y=y, tooltip=tooltip)
             layers.append(base.mark_point(size=260, filled=False, strokeWidth=3, color="black"))
             layers.append(base.mark_text(dy=-16, fontWeight="bold").encode(text=alt.Text("label:N")))
     return alt.layer(*layers, title=title or "Roofline: compute-bound right of the ridge, memory-bound left"
@@ -377,37 +371,33 @@ COLLECTIVES = ("all-reduce", "reduce-scatter", "all-to-all", "point-to-point")
 def collective_frame(systems: Iterable, collective: str = "all-reduce", group_size: int = 16,
                      sizes=None, levels: bool = True) -> pd.DataFrame:
     """Time [us] of one collective against message size [bytes], as the training model
-    places it (:mod:`snlab.training`: a group larger than a scale-up domain pays the
+    places it (:mod:`snlab.network`: a group larger than a scale-up domain pays the
     two-level collective). With ``levels``, also the same group on each level alone
     ("scale-up only", "scale-out only"), to see which level sets the cost."""
-    from . import training
     if collective not in COLLECTIVES:
         raise SnlabError("collective", f"got {collective!r}", ", ".join(COLLECTIVES))
     if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2:
         raise SnlabError("group_size", f"got {group_size!r}", "a whole number >= 2")
     sizes = np.logspace(2, 10, 81) if sizes is None else np.asarray(sizes, dtype=float)
     n = np.full_like(sizes, float(group_size))
+    ops = {"all-reduce": network.all_reduce, "reduce-scatter": network.reduce_scatter,
+           "all-to-all": network.all_to_all}
     rows = []
     for name in systems:
         system = load_system(name)
-        hw = training.hardware(system)
+        hw = hardware(system)
         variants = {"as placed": hw}
         if levels:
-            big = dict(hw, scale_up_domain_size=float(group_size))
-            variants["scale-up only"] = big
-            variants["scale-out only"] = dict(hw, scale_up_domain_size=1.0)
+            variants["scale-up only"] = hw.replace(scale_up_domain_size=float(group_size))
+            variants["scale-out only"] = hw.replace(scale_up_domain_size=1.0)
         for level, h in variants.items():
-            if collective == "all-reduce":
-                t = training.all_reduce(sizes, n, 1.0, h)
-            elif collective == "reduce-scatter":
-                t = training.reduce_scatter(sizes, n, 1.0, h)
-            elif collective == "all-to-all":
-                t = training.all_to_all(sizes, n, 1.0, h)
+            if collective in ops:
+                t = ops[collective](sizes, n, 1.0, h)
             else:
-                inside = {"as placed": group_size <= hw["scale_up_domain_size"],
+                inside = {"as placed": group_size <= hw.scale_up_domain_size,
                           "scale-up only": True, "scale-out only": False}[level]
-                t = training.point_to_point(sizes, inside, hw)
-            domains = 1 if level == "scale-up only" else int(np.ceil(group_size / h["scale_up_domain_size"]))
+                t = network.point_to_point(sizes, inside, hw)
+            domains = 1 if level == "scale-up only" else int(np.ceil(group_size / h.scale_up_domain_size))
             rows.append(pd.DataFrame({"system": system.name, "level": level, "message_bytes": sizes,
                                       "time_us": np.broadcast_to(t, sizes.shape) / US,
                                       "bandwidth_gbs": sizes / np.broadcast_to(t, sizes.shape) / GB,
@@ -435,7 +425,7 @@ def collective_time(systems: Iterable = ("pcie-ethernet-a100", "cloudmatrix384")
         names = ["as placed", "scale-up only", "scale-out only"]
         enc["strokeDash"] = alt.StrokeDash("level:N", title="network level", sort=names,
                                            scale=alt.Scale(domain=names, range=[[1, 0], [4, 3], [1, 3]]))
-    return alt.Chart(_data(frame), title=title or f"{collective} over {group_size} devices").mark_line().encode(
+    return alt.Chart(inline_data(frame), title=title or f"{collective} over {group_size} devices").mark_line().encode(
         **enc).properties(width=width, height=height)
 
 

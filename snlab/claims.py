@@ -86,7 +86,7 @@ def c3() -> Verdict:
     def per_layer_act(m):
         return float(mw.activation_memory_per_layer(seq_len=2048, micro_batch=1, hidden_size=m.hidden_size,
                                                     heads=m.heads, tp=1, kv_heads=m.kv_heads, head_dim=m.head_dim,
-                                                    ffn_activation_width=m.ffn_hidden_size, mlp_matrices=2,
+                                                    ffn_activation_width=m.ffn_hidden_size, mlp_matrices=2, activation_bytes=2,
                                                     sequence_parallel=0, recompute=1)) * m.layers
     ratios = {
         "parameters": big.params / small.params,
@@ -113,7 +113,7 @@ _TRILLION = dict(tp=8, pp=64, dp=6, micro_batch=1, global_batch=3072, recompute=
 def c4_c5() -> Verdict:
     """C4/C5: on PCIe/Ethernet clusters, synchronisation eats 30-40% of utilisation at
     trillion scale; such clusters reach 30-40% MFU."""
-    from .planner import search
+    from .training import search
     out = {}
     for name in ("pcie-ethernet-a100", "cloudmatrix384"):
         best = search("megatron-1t", name, devices=3072, global_batch=3072, top=1).iloc[0]
@@ -135,7 +135,8 @@ def c6() -> Verdict:
     """C6: a cross-node all-reduce costs tens of microseconds conventionally and is
     sub-microsecond inside a supernode."""
     from .presets import system
-    from .training import all_reduce, hardware
+    from .hardware import hardware
+    from .network import all_reduce
     S_small, S_big, n = np.array(64e3), np.array(2048 * 25600 * 2.0), np.array(16.0)
     hw_p, hw_c = hardware(system("pcie-ethernet-a100")), hardware(system("cloudmatrix384"))
     small_p, small_c = float(all_reduce(S_small, n, 1.0, hw_p)), float(all_reduce(S_small, n, 1.0, hw_c))
@@ -156,7 +157,7 @@ def c6() -> Verdict:
 
 def c7() -> Verdict:
     """C7: tensor parallelism depends on high-bandwidth all-to-all."""
-    from .planner import train
+    from .training import train
     r = train("deepseek-v3", "cloudmatrix384", tp=4, pp=16, dp=8, ep=8, micro_batch=1, global_batch=256,
               recompute="full")
     return Verdict("C7", "Tensor parallelism depends on high-bandwidth all-to-all communication.",
@@ -170,7 +171,7 @@ def c7() -> Verdict:
 
 def c8() -> Verdict:
     """C8: offloading optimizer state to CPU memory roughly halves training efficiency."""
-    from .planner import train
+    from .training import train
     base = dict(tp=8, pp=4, dp=2, recompute="full", zero=1)
     rows = {}
     for batch in (2, 1024):
@@ -192,7 +193,7 @@ def c8() -> Verdict:
 
 def c11() -> Verdict:
     """C11: the supernode improves overlap of communication with computation by >= 40%."""
-    from .planner import train
+    from .training import train
     plan = dict(tp=16, pp=4, dp=8, micro_batch=1, global_batch=512, recompute="selective", overlap="standard")
     p = train("llama3-70b", "pcie-ethernet-a100", **plan)
     c = train("llama3-70b", "cloudmatrix384", **plan)
@@ -208,7 +209,7 @@ def c11() -> Verdict:
 
 def c12() -> Verdict:
     """C12: on a supernode, use about a quarter of the micro-batch a conventional network wants."""
-    from .planner import sweep
+    from .training import sweep
     def best(model, system, seq, **plan):
         df = sweep(model, system, micro_batch=[1, 2, 4, 8, 16, 32], seq_len=seq, **plan)
         df = df[df.fits]
@@ -229,7 +230,7 @@ def c12() -> Verdict:
 
 def c15() -> Verdict:
     """C15: air cooling throttled the chips and cost about 20% of compute."""
-    from .planner import train
+    from .training import train
     plan = dict(tp=8, pp=16, dp=2, micro_batch=1, global_batch=512, recompute="full")
     rows = {}
     for name in ("dgx-a100", "pcie-ethernet-a100"):
@@ -249,7 +250,7 @@ def c15() -> Verdict:
 def c16() -> Verdict:
     """C16: size the job first from parameters, batch and context, then choose one
     supernode or several."""
-    from .planner import search
+    from .training import search
     from .presets import model, system
     m, s = model("llama3-405b"), system("cloudmatrix384")
     df = search(m, s, devices=384, global_batch=1024, top=1)
@@ -269,7 +270,7 @@ _LONG = dict(tp=8, prompt_len=1_000_000, output_len=1000, context=1_000_000)
 def c9() -> Verdict:
     """C9: every device addresses the memory of all devices as one large memory, as if local."""
     from .presets import system
-    from .serve_planner import serve
+    from .serving import serve
     cm = system("cloudmatrix384")
     r = serve("llama3-70b", cm, batch=4, **_LONG)
     ratio = cm.device.hbm_bandwidth / cm.pool.bandwidth
@@ -316,7 +317,7 @@ def c13() -> Verdict:
     """C13: KV cache of million-token contexts in the supernode's pool, with continuous
     batching, raises serving throughput several-fold."""
     from .presets import system
-    from .serve_planner import serve
+    from .serving import serve
     cm = system("cloudmatrix384")
     no_pool = cm.replace(pool=None)
     big = serve("llama3-70b", cm, batch=4, **_LONG)
@@ -342,7 +343,7 @@ def c13() -> Verdict:
 def c14() -> Verdict:
     """C14: a model of a few billion parameters wastes a supernode."""
     from .presets import system
-    from .serve_planner import serve_best
+    from .serving import serve_best
     cm = system("cloudmatrix384")
     kw = dict(tpot_target=0.05, prompt_len=1000, output_len=500)
     with_pool = serve_best("llama3.2-1b", cm, **kw)

@@ -24,7 +24,7 @@ CLUSTER, SUPERNODE = "pcie-ethernet-a100", "cloudmatrix384"
 SCALE_MODELS = ("llama3.2-1b", "llama3-8b", "llama3-70b", "gpt3-175b", "llama3-405b", "megatron-1t")
 
 
-def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+def plain(frame: pd.DataFrame) -> pd.DataFrame:
     """Categoricals as strings, so frames from different sweeps concatenate cleanly."""
     out = frame.copy()
     for col in out.columns:
@@ -39,7 +39,7 @@ def best_plans(models: Iterable, systems: Iterable, devices: int, global_batch: 
     Adds ``params`` (total parameters) for ordering by scale. A (model, system) pair
     with no fitting plan is left out and listed in ``frame.attrs["no_plan"]``.
     """
-    from .planner import search
+    from .training import search
     frames, missing = [], []
     for m in models:
         model = load_model(m)
@@ -48,7 +48,7 @@ def best_plans(models: Iterable, systems: Iterable, devices: int, global_batch: 
             if top.empty:
                 missing.append((model.name, load_system(s).name))
                 continue
-            top = _plain(top)
+            top = plain(top)
             top["params"] = float(model.params)
             frames.append(top)
     if not frames:
@@ -76,12 +76,12 @@ def vary(frame: pd.DataFrame, **axes) -> pd.DataFrame:
     """Each row's plan (model, system, plan columns) swept over ``axes``: e.g. the best
     plan per system across overlap levels, ``vary(best, overlap=charts.OVERLAP_ORDER)``.
     Systems are looked up by name, so rows must come from preset systems."""
-    from .planner import sweep
+    from .training import sweep
     parts = []
     for _, row in frame.iterrows():
         plan = {k: v for k, v in plan_of(row).items() if k not in axes}
         parts.append(sweep(str(row["model"]), str(row["system"]), **plan, **axes))
-    return pd.concat([_plain(p) for p in parts], ignore_index=True)
+    return pd.concat([plain(p) for p in parts], ignore_index=True)
 
 
 def job_table(models: Iterable, systems: Iterable, devices: int, global_batch: int, tokens: float,

@@ -5,6 +5,12 @@ truth: ``formula.latex()`` prints it, ``formula.subs(...)`` evaluates it exactly
 sympy, and ``formula(...)`` evaluates the same expression compiled with
 ``sympy.lambdify`` (explicit argument order, ``cse=True``, compiled on first use and
 kept). Numeric calls broadcast: pass numpy arrays to evaluate a whole grid at once.
+
+A formula checks its dimension when it is built: the expression must have the
+dimension of the quantity it defines (a fraction cannot be defined as a time), and
+every sum must add like to like. There is no global registry: the walls list their
+formulas by scanning their modules (:func:`snlab.walls.formulas`), so reloading a wall
+module simply replaces its formulas.
 """
 
 from __future__ import annotations
@@ -16,9 +22,59 @@ import numpy as np
 import sympy as sp
 
 from .errors import SnlabError
-from .symbols import LATEX_NAMES, NOMENCLATURE, ORDER
+from .symbols import LATEX_NAMES, NOMENCLATURE, ORDER, describe_dimension, dimension
 
-REGISTRY: dict[str, "Formula"] = {}
+_ANY = None  # the dimension of 0: compatible with every other
+
+
+class DimensionError(RuntimeError):
+    """A formula whose expression does not have a consistent dimension."""
+
+
+def _combine(dims: list, what: str, expr: sp.Expr):
+    known = [d for d in dims if d is not _ANY]
+    if any(d != known[0] for d in known[1:]):
+        shown = ", ".join(describe_dimension(d) for d in dict.fromkeys(known))
+        raise DimensionError(f"{what} of unlike dimensions ({shown}) in {expr}")
+    return known[0] if known else _ANY
+
+
+def expression_dimension(expr: sp.Expr):
+    """The dimension of ``expr`` as (bytes, seconds) exponents; ``None`` for 0.
+
+    Symbols take their nomenclature unit; numbers are dimensionless (0 fits any
+    dimension); sums, maxima, minima and the branches of a piecewise expression must
+    agree; a power with a symbolic exponent, and the argument of a function such as
+    ``log``, must be dimensionless.
+    """
+    if expr.is_Symbol:
+        return dimension(NOMENCLATURE[expr.name].unit)
+    if expr.is_Number:
+        return _ANY if expr == 0 else (0, 0)
+    if expr.is_NumberSymbol:
+        return (0, 0)
+    if isinstance(expr, (sp.Add, sp.Max, sp.Min)):
+        return _combine([expression_dimension(a) for a in expr.args], type(expr).__name__, expr)
+    if isinstance(expr, sp.Mul):
+        dims = [expression_dimension(a) for a in expr.args]
+        if any(d is _ANY for d in dims):
+            return _ANY
+        return tuple(sum(d[i] for d in dims) for i in range(2))
+    if isinstance(expr, sp.Pow):
+        base, exp = expression_dimension(expr.base), expr.exp
+        if exp.is_Number:
+            return _ANY if base is _ANY else tuple(int(b * exp) for b in base)
+        if base not in (_ANY, (0, 0)) or expression_dimension(exp) not in (_ANY, (0, 0)):
+            raise DimensionError(f"power with a symbolic exponent of a dimensioned quantity: {expr}")
+        return base
+    if isinstance(expr, sp.Piecewise):
+        return _combine([expression_dimension(e) for e, _ in expr.args], "Piecewise branches", expr)
+    if isinstance(expr, sp.Function):
+        for arg in expr.args:
+            if expression_dimension(arg) not in (_ANY, (0, 0)):
+                raise DimensionError(f"{type(expr).__name__} of a dimensioned quantity: {expr}")
+        return (0, 0)
+    raise DimensionError(f"cannot find the dimension of {expr!r}")
 
 
 class Formula:
@@ -27,32 +83,32 @@ class Formula:
     Parameters
     ----------
     name : str
-        Registry key, e.g. ``"ring_all_reduce_time"``.
+        Name, e.g. ``"ring_all_reduce_time"`` (the wall module's attribute of the same name).
     lhs : str
         Nomenclature name of the quantity it defines (gives LaTeX name and unit).
     expr : sympy.Expr
-        The expression, in nomenclature symbols only.
+        The expression, in nomenclature symbols only, of the dimension of ``lhs``.
     source : str
         Where it comes from (paper, equation or table).
     """
 
-    def __init__(self, name: str, lhs: str, expr: sp.Expr, source: str, doc: str = "",
-                 register: bool = True):
+    def __init__(self, name: str, lhs: str, expr: sp.Expr, source: str, doc: str = ""):
         unknown = [s.name for s in expr.free_symbols if s.name not in NOMENCLATURE]
         if unknown:
             raise RuntimeError(f"formula {name}: symbols not in the nomenclature: {unknown}")
-        if register and name in REGISTRY:
-            raise RuntimeError(f"formula {name!r} defined twice")
         self.name = name
         self.lhs = NOMENCLATURE[lhs]
         self.expr = expr
         self.source = source
         self.doc = doc
+        got, want = expression_dimension(expr), dimension(self.lhs.unit)
+        if got is not _ANY and got != want:
+            raise DimensionError(f"formula {name}: defines {lhs} [{self.lhs.unit}] but its expression is "
+                                 f"in {describe_dimension(got)}")
         self.args: tuple[sp.Symbol, ...] = tuple(
             sorted(expr.free_symbols, key=lambda s: ORDER[s.name]))
         self.arg_names: tuple[str, ...] = tuple(s.name for s in self.args)
-        if register:
-            REGISTRY[name] = self
+        self._partials: dict = {}
 
     @property
     def unit(self) -> str:
@@ -69,17 +125,20 @@ class Formula:
         Arrays broadcast against each other. Inputs are converted to float64 so
         that large products (B s L h^2) cannot overflow integer arithmetic.
         """
+        if len(values) != len(self.arg_names) or any(n not in values for n in self.arg_names):
+            self._check_inputs(values)
+        out = self.func(*(np.asarray(values[n], dtype=np.float64) for n in self.arg_names))
+        out = np.asarray(out, dtype=np.float64)
+        return out[()] if out.ndim == 0 else out
+
+    def _check_inputs(self, values: Mapping[str, object]) -> None:
         missing = [n for n in self.arg_names if n not in values]
         if missing:
             raise SnlabError(self.name, "missing input " + ", ".join(missing),
                              "inputs: " + ", ".join(self.arg_names))
         extra = [n for n in values if n not in self.arg_names]
-        if extra:
-            raise SnlabError(self.name, "unexpected input " + ", ".join(extra),
-                             "inputs: " + ", ".join(self.arg_names))
-        out = self.func(*(np.asarray(values[n], dtype=np.float64) for n in self.arg_names))
-        out = np.asarray(out, dtype=np.float64)
-        return out[()] if out.ndim == 0 else out
+        raise SnlabError(self.name, "unexpected input " + ", ".join(extra),
+                         "inputs: " + ", ".join(self.arg_names))
 
     def evaluate(self, values: Mapping[str, object]) -> np.ndarray | float:
         """Evaluate with the inputs this formula needs taken from a larger mapping."""
@@ -96,12 +155,11 @@ class Formula:
         branch, so the numeric function evaluates only that branch. Cached per values.
         """
         key = tuple(sorted(values.items()))
-        cache = self.__dict__.setdefault("_partials", {})
-        if key not in cache:
-            expr = self.subs(**values)
-            cache[key] = Formula(f"{self.name}[{', '.join(f'{k}={v}' for k, v in key)}]", self.lhs.name,
-                                 expr, self.source, self.doc, register=False)
-        return cache[key]
+        if key not in self._partials:
+            label = ", ".join(f"{k}={v}" for k, v in key)
+            self._partials[key] = Formula(f"{self.name}[{label}]", self.lhs.name, self.subs(**values),
+                                          self.source, self.doc)
+        return self._partials[key]
 
     def subs(self, **values) -> sp.Expr:
         """Substitute exact values symbolically (integers and fractions stay exact)."""
@@ -123,7 +181,17 @@ class Formula:
         return f"Formula({self.name}: {self.lhs.name} = {self.expr}  [{self.unit}])"
 
 
-def formulas() -> dict[str, Formula]:
-    """Every formula defined by the three walls, by name."""
-    from . import walls  # noqa: F401  (importing the walls registers their formulas)
-    return dict(REGISTRY)
+def collect(*modules) -> dict[str, Formula]:
+    """The formulas defined in ``modules`` (module attributes that are formulas), by
+    name; a name defined in two modules is an error."""
+    found: dict[str, Formula] = {}
+    owner: dict[str, str] = {}
+    for module in modules:
+        for attr, value in vars(module).items():
+            if isinstance(value, Formula) and not attr.startswith("_"):
+                if value.name != attr:
+                    raise RuntimeError(f"{module.__name__}.{attr} holds formula {value.name!r}: names must match")
+                if attr in found and found[attr] is not value:
+                    raise RuntimeError(f"formula {attr!r} defined in {owner[attr]} and {module.__name__}")
+                found[attr], owner[attr] = value, module.__name__
+    return found

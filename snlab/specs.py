@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterator, Mapping
 
+from . import schema
 from .errors import SnlabError
 from .units import fmt_bytes, fmt_seconds
 
@@ -30,6 +31,34 @@ class Provenance:
 
 
 _EMPTY: Mapping[str, Provenance] = MappingProxyType({})
+
+
+class FrozenMap(Mapping):
+    """A read-only mapping that can be hashed (so presets can key caches)."""
+
+    __slots__ = ("_items", "_hash")
+
+    def __init__(self, items: Mapping | None = None):
+        self._items = dict(items or {})
+        self._hash = hash(tuple(sorted(self._items.items())))
+
+    def __getitem__(self, key):
+        return self._items[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mapping) and dict(self._items) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._items!r})"
 
 
 def _cite(prov: Mapping[str, Provenance], key: str) -> str:
@@ -74,6 +103,13 @@ class Device:
     provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
 
     kind = "device"
+
+    def __post_init__(self):
+        if not isinstance(self.peak_flops, FrozenMap):
+            if not isinstance(self.peak_flops, Mapping):
+                raise SnlabError(f"{self.name}.peak_flops", f"got {self.peak_flops!r}",
+                                 "a mapping of precision to dense FLOP/s")
+            object.__setattr__(self, "peak_flops", FrozenMap(self.peak_flops))
 
     def peak(self, precision: str = "bf16") -> float:
         """Dense peak FLOP/s at ``precision``; error listing the supported ones."""
@@ -195,7 +231,7 @@ class System:
             current = getattr(self, part)
             if current is None:
                 raise SnlabError(f"{self.name}.{part}", "this system has none", "systems with a " + part)
-            flat[part] = _replace(current, sub)
+            flat[part] = _replace(current, sub, check=False)
         return _replace(self, flat)
 
     def _repr_html_(self) -> str:
@@ -312,22 +348,98 @@ class Model:
         return _html_table(f"model {self.name}: {self.description}", rows)
 
 
-def _replace(obj, changes: dict):
+def _replace(obj, changes: dict, check: bool = True):
     names = {f.name for f in dataclasses.fields(obj)} - {"provenance"}
     bad = [k for k in changes if k not in names]
     if bad:
         raise SnlabError(f"{type(obj).__name__.lower()}.{bad[0]}", "no such field",
                          ", ".join(sorted(names)))
-    from .presets import si_unit, validate  # late import: presets builds on specs
     prov = dict(getattr(obj, "provenance", _EMPTY))
     for key, value in changes.items():
         for pk in [pk for pk in prov if pk == key or pk.endswith("." + key)]:
-            prov[pk] = Provenance(value, si_unit(pk), "changed by the user")
+            prov[pk] = Provenance(value, schema.si_unit(pk), "changed by the user")
     new = dataclasses.replace(obj, **changes)
     if hasattr(obj, "provenance"):
         object.__setattr__(new, "provenance", MappingProxyType(prov))
-    validate(new)
+    if check:
+        validate(new)
     return new
+
+
+def validate(obj) -> None:
+    """Check every field of a device, system or model against its range in
+    :mod:`snlab.schema`, and the relations between fields that single-field checks
+    cannot see. Raises :class:`SnlabError` naming the field."""
+    name = getattr(obj, "name", "?")
+    if isinstance(obj, Model):
+        _validate_model(obj, name)
+    elif isinstance(obj, System):
+        _validate_system(obj, name)
+    elif isinstance(obj, Device):
+        _validate_device(obj, name)
+    elif isinstance(obj, Level):
+        _validate_level(obj, name)
+
+
+def _validate_model(obj: "Model", name: str) -> None:
+    for f in ("layers", "hidden_size", "heads", "kv_heads", "head_dim", "ffn_hidden_size", "vocab_size", "seq_len"):
+        schema.check_range(getattr(obj, f), "count", f"{name}.{f}")
+    if obj.heads % obj.kv_heads:
+        raise SnlabError(f"{name}.kv_heads", f"{obj.kv_heads} does not divide heads = {obj.heads}",
+                         f"a divisor of {obj.heads}")
+    for part in ("moe", "mla"):
+        sub = getattr(obj, part)
+        for f, dimension, _ in schema.MODEL[part] if sub is not None else ():
+            schema.check_range(getattr(sub, f), dimension, f"{name}.{part}.{f}")
+    if obj.moe:
+        if obj.moe.experts_per_token > obj.moe.experts:
+            raise SnlabError(f"{name}.moe.experts_per_token", f"{obj.moe.experts_per_token} > experts",
+                             f"1 to {obj.moe.experts}")
+        if obj.moe.dense_layers > obj.layers:
+            raise SnlabError(f"{name}.moe.dense_layers", f"{obj.moe.dense_layers} > layers", f"0 to {obj.layers}")
+
+
+def _validate_level(lvl: "Level", name: str) -> None:
+    schema.check_range(lvl.bandwidth, "bytes/s", f"{name}.bandwidth")
+    schema.check_range(lvl.latency, "s", f"{name}.latency")
+    schema.check_range(lvl.efficiency, "1", f"{name}.efficiency")
+    schema.check_range(lvl.call_latency, "s", f"{name}.call_latency")
+    if lvl.domain_size:
+        schema.check_range(lvl.domain_size, "count", f"{name}.domain_size")
+    for f in ("ep_dispatch_efficiency", "ep_combine_efficiency", "ep_bulk_efficiency"):
+        if getattr(lvl, f):   # 0: not set, the level's efficiency applies
+            schema.check_range(getattr(lvl, f), "1", f"{name}.{f}")
+
+
+def _validate_system(obj: "System", name: str) -> None:
+    schema.check_range(obj.devices_per_node, "count", f"{name}.devices_per_node")
+    if obj.max_devices is not None:
+        schema.check_range(obj.max_devices, "count", f"{name}.max_devices")
+        if obj.max_devices < obj.scale_up.domain_size:
+            raise SnlabError(f"{name}.max_devices", f"{obj.max_devices} < scale_up.domain_size",
+                             f">= {obj.scale_up.domain_size}")
+    schema.check_range(obj.scale_up.domain_size, "count", f"{name}.scale_up.domain_size")
+    for part in ("scale_up", "scale_out"):
+        _validate_level(getattr(obj, part), f"{name}.{part}")
+    for part in ("host", "pool", "storage"):
+        sub = getattr(obj, part)
+        for f, dimension, _ in schema.SYSTEM[part] if sub is not None else ():
+            schema.check_range(getattr(sub, f), dimension, f"{name}.{part}.{f}")
+    _validate_device(obj.device, f"{name}.device")
+
+
+def _validate_device(obj: "Device", name: str) -> None:
+    for precision, peak in obj.peak_flops.items():
+        schema.check_range(peak, "FLOP/s", f"{name}.compute.{precision}")
+    if "bf16" not in obj.peak_flops:
+        raise SnlabError(f"{name}.compute.bf16", "missing", "the dense bf16 peak")
+    schema.check_range(obj.hbm_capacity, "bytes", f"{name}.hbm_capacity")
+    schema.check_range(obj.hbm_bandwidth, "bytes/s", f"{name}.hbm_bandwidth")
+    for f in ("gemm_efficiency", "memory_efficiency", "sustained_clock"):
+        schema.check_range(getattr(obj, f), "1", f"{name}.{f}")
+    schema.check_range(obj.dies, "count", f"{name}.dies")
+    if obj.decode_attention_efficiency:   # 0: not set, gemm_efficiency applies
+        schema.check_range(obj.decode_attention_efficiency, "1", f"{name}.decode_attention_efficiency")
 
 
 def _html_table(title: str, rows) -> str:

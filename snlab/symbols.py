@@ -89,6 +89,8 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("grad_bytes", r"q_{g}", "bytes", "bytes per gradient (2 bf16, 4 fp32)", "pos"),
         ("optimizer_bytes", r"q_{o}", "bytes", "optimizer bytes per parameter (12 for mixed-precision Adam: fp32 master, momentum, variance)", "nonneg"),
         ("kv_bytes", r"q_{kv}", "bytes", "bytes per KV-cache element", "pos"),
+        ("activation_bytes", r"q_{a}", "bytes", "bytes per stored activation element (2 for 16-bit; dropout masks take half)", "pos"),
+        ("logit_bytes", r"q_{l}", "bytes", "bytes per output logit kept for the loss (4: fp32)", "pos"),
         ("zero_stage", "z", "1", "ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +weights", "nonneg_int"),
         ("zero_shards", r"d_{z}", "1", "devices the ZeRO state is sharded over (the data-parallel group)", "int"),
         ("recompute", "r", "1", "activation recomputation: 0 none, 1 selective, 2 full", "nonneg_int"),
@@ -119,6 +121,8 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("forward_flops_per_token", r"F_{fwd}", "FLOP", "forward FLOPs per token", "nonneg"),
         ("step_flops", r"W_{step}", "FLOP", "FLOPs of one training step", "nonneg"),
         ("time", r"\tau", "s", "time", "nonneg"),
+        ("bubble_fraction", r"\phi_{bubble}", "1", "idle pipeline time as a fraction of the ideal (bubble-free) step", "nonneg"),
+        ("utilisation", r"U_{F}", "1", "fraction of the devices' peak FLOP/s spent on counted FLOPs (MFU or HFU)", "nonneg"),
     ],
     "communication": [
         ("message_bytes", "S", "bytes", "bytes in the collective's buffer (per device)", "nonneg"),
@@ -211,3 +215,38 @@ def table_markdown() -> str:
     for e in NOMENCLATURE.values():
         lines.append(f"| ${e.latex}$ | `{e.name}` | {e.unit} | {e.meaning} |")
     return "\n".join(lines)
+
+
+# --- dimensions ---------------------------------------------------------------------
+
+#: unit string -> dimension as exponents of the base dimensions bytes and seconds.
+#: FLOP, tokens and counts are pure numbers: a FLOP count is a number of operations,
+#: so FLOP/s has the dimension 1/s and W / F_peak is a time.
+DIMENSIONS: dict[str, tuple[int, int]] = {
+    "1": (0, 0), "FLOP": (0, 0), "bytes": (1, 0), "s": (0, 1), "bytes/s": (1, -1),
+    "FLOP/s": (0, -1), "tokens/s": (0, -1),
+}
+
+
+def dimension(unit: str) -> tuple[int, int]:
+    """(bytes exponent, seconds exponent) of a nomenclature unit."""
+    try:
+        return DIMENSIONS[unit]
+    except KeyError:
+        raise ValueError(f"unit {unit!r} has no dimension; known: {', '.join(DIMENSIONS)}") from None
+
+
+def describe_dimension(dim: tuple[int, int]) -> str:
+    """A readable name of a dimension: ``(1, -1)`` -> ``'bytes/s'``."""
+    for unit, d in DIMENSIONS.items():
+        if d == dim and unit not in ("FLOP", "tokens/s"):
+            return unit
+    return f"bytes^{dim[0]} s^{dim[1]}"
+
+
+def _check_units() -> None:
+    for entry in NOMENCLATURE.values():
+        dimension(entry.unit)
+
+
+_check_units()

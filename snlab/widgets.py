@@ -188,7 +188,7 @@ def best_plan(model: str, system: str, devices: int, global_batch: int, micro_ba
               overlap: str) -> pd.DataFrame:
     """The fastest fitting plan (one row, possibly empty) for these fixed choices;
     cached, since dashboards revisit the same settings as sliders move back and forth."""
-    from .planner import search
+    from .training import search
     return search(model, system, devices=devices, global_batch=global_batch, top=1,
                   micro_batch=micro_batch, overlap=overlap)
 
@@ -257,7 +257,7 @@ def pipeline_dashboard(model: str = "llama3-70b", systems=(CLUSTER, SUPERNODE), 
     }
 
     def render(v: dict) -> View:
-        from .planner import sweep, train
+        from .training import sweep, train
         plan = dict(tp=v["tp"], pp=v["pp"], dp=v["dp"], global_batch=v["global_batch"], seq_len=v["seq_len"],
                     overlap=v["overlap"], recompute="selective")
         frame = sweep(v["model"], list(systems), micro_batch=list(MICRO_BATCHES), **plan)
@@ -303,7 +303,7 @@ def memory_dashboard(model: str = "llama3-70b", system: str = "dgx-h100", tp: in
     }
 
     def render(v: dict) -> View:
-        from .planner import sweep, train
+        from .training import sweep, train
         plan = {k: v[k] for k in ("tp", "pp", "dp", "micro_batch", "recompute", "offload")}
         plan["global_batch"] = v["micro_batch"] * v["dp"] * max(4, v["pp"])
         frame = sweep(v["model"], v["system"], zero=[0, 1, 2, 3], **plan)
@@ -402,7 +402,7 @@ def serving_dashboard(model: str = "llama3-70b", systems=SERVING_SYSTEMS, prompt
     }
 
     def render(v: dict) -> View:
-        from .serve_planner import serve, serve_sweep
+        from .serving import serve, serve_sweep
         dep = dict(tp=v["tp"], batch=v["batch"], prompt_len=v["prompt_len"], output_len=output_len,
                    kv_offload=v["kv_offload"])
         frame = serve_sweep(v["model"], list(systems), **dep)

@@ -8,7 +8,7 @@ import pytest
 import sympy as sp
 
 from snlab.errors import SnlabError
-from snlab.formula import formulas
+from snlab.walls import formulas
 from snlab.symbols import NOMENCLATURE
 
 ALL = formulas()

@@ -6,7 +6,7 @@ import pytest
 
 import snlab
 from snlab import SnlabError
-from snlab.serve_planner import serve, serve_best, serve_sweep
+from snlab.serving import serve, serve_best, serve_sweep
 
 LONG = dict(tp=8, prompt_len=1_000_000, output_len=1000, context=1_000_000)
 REQUIRED_KEYS = {"ttft_s", "tpot_s", "decode_tokens_per_s_per_device", "prefill_tokens_per_s_per_device",
@@ -134,7 +134,7 @@ def test_best_batch_under_a_tpot_target():
     (dict(tp=3), "tp"),
     (dict(dp=2, batch=3), "batch"),
     (dict(ep=2), "ep"),                                 # dense model
-    (dict(acceptance=1.5, draft_tokens=1), "draft_tokens"),
+    (dict(acceptance=1.5, draft_tokens=1), "acceptance"),
     (dict(microbatches=3), "microbatches"),
     (dict(hbm_utilization=0), "hbm_utilization"),
     (dict(weight_dtype="fp9"), "weight_dtype"),

@@ -19,8 +19,9 @@ import pytest
 
 from snlab import device, model, system
 from snlab.errors import SnlabError
-from snlab.serve_planner import serve, serve_sweep
-from snlab.serving import expert_all_to_all_time, package_weight_bytes, serving_constants
+from snlab.serving import serve, serve_sweep
+from snlab.network import expert_all_to_all_time
+from snlab.serving.step import package_weight_bytes, serving_sizes
 
 US = 1e-6
 
@@ -99,10 +100,10 @@ def test_910c_is_two_dies_and_h100_one():
 def test_package_weight_bytes_formula():
     """Zuo et al. EP320: 160 packages, each die its own DP-attention rank with a full copy
     of the non-expert weights (16.1 GB in INT8 for DeepSeek-V3) and one expert per die."""
-    k = serving_constants(model("deepseek-v3"))
-    replicated = k["layer_params"] + k["V"] * k["h"]                # INT8: one byte each
+    k = serving_sizes(model("deepseek-v3")).base
+    replicated = k.layer_params + k.vocab_size * k.hidden_size                # INT8: one byte each
     assert replicated == pytest.approx(16.08e9, rel=0.01)
-    two_experts = 2 * k["expert_one"] * k["moe_layers"]
+    two_experts = 2 * k.expert_params_one * k.moe_layers
     assert package_weight_bytes(2, replicated, two_experts) == pytest.approx(
         2 * 16.08e9 + 5.11e9, rel=0.01)
 
@@ -114,14 +115,14 @@ DECODE = dict(dp=160, ep=160, batch=15360, prompt_len=4096, output_len=256, cont
 def test_dies_double_the_replicated_weight_stream_of_dp_attention():
     two = serve("deepseek-v3", "cloudmatrix384", **DECODE)
     one = serve("deepseek-v3", "cloudmatrix384", **DECODE, dies=1)
-    k = serving_constants(model("deepseek-v3"))
+    k = serving_sizes(model("deepseek-v3")).base
     # held: one more copy of the layers' own weights, the input embedding and the output head
     assert two.weights_bytes_per_device - one.weights_bytes_per_device == pytest.approx(
-        k["layer_params"] + 2 * k["V"] * k["h"], rel=1e-6)
+        k.layer_params + 2 * k.vocab_size * k.hidden_size, rel=1e-6)
     # read per step, per micro-batch (two): the layers and the head (16.1 GB), 1/61 more for
     # the MTP layer, and the draft's pass through the head; at 0.841 x 3.2 TB/s: 12.8 ms more
-    per_pass = k["layer_params"] + k["V"] * k["h"]
-    extra = 2 * ((1 + 1 / 61) * per_pass + k["V"] * k["h"]) / (0.841 * 3.2e12)
+    per_pass = k.layer_params + k.vocab_size * k.hidden_size
+    extra = 2 * ((1 + 1 / 61) * per_pass + k.vocab_size * k.hidden_size) / (0.841 * 3.2e12)
     assert two.time_s["weights"] - one.time_s["weights"] == pytest.approx(extra, rel=1e-3)
 
 
@@ -168,8 +169,8 @@ def test_mtp_draft_reads_the_output_head_once_more():
     pass through it (0.93 GB in INT8 per die, twice per 910C package) on top of one layer."""
     kw = dict(DECODE, batch=1280, microbatches=1)
     one = serve("deepseek-v3", "cloudmatrix384", **kw)
-    k = serving_constants(model("deepseek-v3"))
-    head = 2 * k["V"] * k["h"] / (0.841 * 3.2e12)       # memory-bound at 8 tokens per die: 0.69 ms
+    k = serving_sizes(model("deepseek-v3")).base
+    head = 2 * k.vocab_size * k.hidden_size / (0.841 * 3.2e12)       # memory-bound at 8 tokens per die: 0.69 ms
     assert one.time_s["draft_head"] == pytest.approx(head, rel=1e-6)
     two = serve("deepseek-v3", "cloudmatrix384", **dict(kw, draft_tokens=2))
     assert two.time_s["draft_head"] == pytest.approx(2 * head, rel=0.01)

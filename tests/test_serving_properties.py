@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snlab.serve_planner import serve_sweep
+from snlab.serving import serve_sweep
 from snlab.walls import serving as sv
 
 CASES = st.sampled_from([
@@ -52,8 +52,8 @@ def test_bigger_batch_never_lowers_throughput_while_the_kv_cache_is_in_hbm(case,
        field=st.sampled_from(["scale_up_bandwidth", "scale_out_bandwidth", "peak_flops"]))
 def test_faster_links_or_compute_never_slow_anything(case, po, draft, per, factor, field):
     from snlab import system as load_system
-    from snlab.serving import serving_hardware
-    base = serving_hardware(load_system(case[1]))[field]
+    from snlab.hardware import hardware
+    base = getattr(hardware(load_system(case[1])), field)
     dp = case[2].get("dp", 1)
     df = _sweep(case, po, draft, batch=per * dp, **{field: [base, base * factor]})
     for col in ("tpot_s", "ttft_s"):

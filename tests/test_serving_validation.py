@@ -14,7 +14,7 @@ microbenchmark separates) and for prefill with the default expert placement (imb
 import pytest
 
 from snlab.presets import bibliography
-from snlab.serve_planner import DEFAULTS
+from snlab.serving.deployment import DEFAULTS
 from snlab.validation import serving as sv_runs
 
 TABLE = sv_runs.serving_table()

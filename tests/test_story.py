@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import snlab
-from snlab import training
+from snlab import network
+from snlab.hardware import hardware
 
 TRILLION = dict(tp=8, pp=64, dp=6, micro_batch=1, global_batch=3072, recompute="full")
 
@@ -56,9 +57,9 @@ def test_c6_tensor_parallel_traffic_stays_inside_the_supernode():
     cluster but stays on the supernode's bus, so a training-size all-reduce (one layer's
     activations of a 1T model, 105 MB) is an order of magnitude faster there."""
     S, n = np.array(2048 * 25600 * 2.0), np.array(16.0)
-    pcie = training.all_reduce(S, n, 1.0, training.hardware(snlab.system("pcie-ethernet-a100")))
-    dgx = training.all_reduce(S, n, 1.0, training.hardware(snlab.system("dgx-a100")))
-    cm = training.all_reduce(S, n, 1.0, training.hardware(snlab.system("cloudmatrix384")))
+    pcie = network.all_reduce(S, n, 1.0, hardware(snlab.system("pcie-ethernet-a100")))
+    dgx = network.all_reduce(S, n, 1.0, hardware(snlab.system("dgx-a100")))
+    cm = network.all_reduce(S, n, 1.0, hardware(snlab.system("cloudmatrix384")))
     assert pcie > 10 * cm
     assert dgx > 1.5 * cm             # the hierarchical all-reduce sends only 1/8 across servers
     tp16 = {s: snlab.train("megatron-1t", s, tp=16, pp=64, dp=3, micro_batch=1, global_batch=3072,
@@ -72,8 +73,8 @@ def test_c6_latency_part_does_not_hold():
     software latency, so a 64 kB all-reduce over 16 devices costs tens of microseconds
     on the supernode too, about what it costs across two PCIe/Ethernet servers."""
     S, n = np.array(64e3), np.array(16.0)
-    cm = training.all_reduce(S, n, 1.0, training.hardware(snlab.system("cloudmatrix384")))
-    pcie = training.all_reduce(S, n, 1.0, training.hardware(snlab.system("pcie-ethernet-a100")))
+    cm = network.all_reduce(S, n, 1.0, hardware(snlab.system("cloudmatrix384")))
+    pcie = network.all_reduce(S, n, 1.0, hardware(snlab.system("pcie-ethernet-a100")))
     assert 10e-6 < pcie < 100e-6          # "tens of microseconds" on the cluster: holds
     assert cm > 1e-6 * 10                 # not sub-microsecond on the supernode
     assert 0.5 < cm / pcie < 3            # same order as the cluster for tiny messages

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import snlab
-from snlab import plan as pl
+from snlab.training import plan as pl
 from snlab import presets
 from snlab.errors import SnlabError
 from snlab.specs import Model, MoE

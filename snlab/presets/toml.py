@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 
+from .. import schema
 from ..specs import Device, Model, Provenance, System
-from . import _DEVICE, _MODEL, _MODEL_FLAGS, _SYSTEM, PRECISIONS, _shipped, names
+from . import loader
 
 _SI_UNIT = {"bytes": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
 
@@ -48,12 +49,12 @@ def _device_top(dev: Device) -> list[str]:
 
 def _device_lines(dev: Device, prefix: str = "") -> list[str]:
     lines = [f"[{prefix}compute]"]
-    for p in PRECISIONS:
+    for p in schema.PRECISIONS:
         if p in dev.peak_flops:
             lines.append(_num(p, dev.peak_flops[p], "FLOP/s", dev.provenance.get(f"compute.{p}")))
     for section in ("memory", "calibration"):
         lines += ["", f"[{prefix}{section}]"]
-        for field, dimension, required in _DEVICE[section]:
+        for field, dimension, required in schema.DEVICE[section]:
             if not required and f"{section}.{field}" not in dev.provenance and not getattr(dev, field):
                 continue   # optional and unset (0): leave it to the loader's default
             lines.append(_num(field, getattr(dev, field), dimension,
@@ -71,9 +72,9 @@ def to_toml(obj: Device | System | Model) -> str:
     if isinstance(obj, Device):
         lines = _header(obj, [f"vendor = {_q(obj.vendor)}"] + _device_top(obj) + [""]) + _device_lines(obj)
     elif isinstance(obj, System):
-        shipped = obj.device.name in names("device") and _shipped("device", obj.device.name) == obj.device
+        shipped = obj.device.name in loader.names("device") and loader.shipped("device", obj.device.name) == obj.device
         lines = _header(obj, [f"device = {_q(obj.device.name)}"] if shipped else [])
-        for field, dimension, _ in _SYSTEM[""]:
+        for field, dimension, _ in schema.SYSTEM[""]:
             value = getattr(obj, field)
             if value is not None:
                 lines.append(_num(field, value, dimension, obj.provenance.get(field)))
@@ -82,7 +83,7 @@ def to_toml(obj: Device | System | Model) -> str:
             if level is None:
                 continue
             lines += ["", f"[{part}]", f"technology = {_q(level.technology)}"]
-            for field, dimension, required in _SYSTEM[part]:
+            for field, dimension, required in schema.SYSTEM[part]:
                 if not required and f"{part}.{field}" not in obj.provenance and not getattr(level, field):
                     continue
                 lines.append(_num(field, getattr(level, field), dimension,
@@ -94,9 +95,9 @@ def to_toml(obj: Device | System | Model) -> str:
                       + _device_lines(obj.device, "device."))
     elif isinstance(obj, Model):
         lines = _header(obj, [f"norm = {_q(obj.norm)}"]
-                        + [f"{f} = {str(getattr(obj, f)).lower()}" for f in _MODEL_FLAGS])
+                        + [f"{f} = {str(getattr(obj, f)).lower()}" for f in schema.MODEL_FLAGS])
         defaults = {"kv_heads": obj.heads, "head_dim": obj.hidden_size // obj.heads}
-        for field, dimension, _ in _MODEL[""]:
+        for field, dimension, _ in schema.MODEL[""]:
             if field not in obj.provenance and defaults.get(field, None) == getattr(obj, field):
                 continue  # derived default: leave it to the loader
             lines.append(_num(field, getattr(obj, field), dimension, obj.provenance.get(field)))
@@ -105,7 +106,7 @@ def to_toml(obj: Device | System | Model) -> str:
             if sub is None:
                 continue
             lines += ["", f"[{part}]"]
-            for field, dimension, _ in _MODEL[part]:
+            for field, dimension, _ in schema.MODEL[part]:
                 lines.append(_num(field, getattr(sub, field), dimension,
                                   obj.provenance.get(f"{part}.{field}")))
     else:

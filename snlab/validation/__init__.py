@@ -8,103 +8,19 @@ with its source, inputs, metric and tolerance. ``table()`` gathers all three;
 
 from __future__ import annotations
 
-from pathlib import Path
+from .memory import memory_runs, memory_table
+from .runs import read_runs
+from .serving import serving_runs, serving_table
+from .training import training_runs, training_table
 
-from ..errors import SnlabError
-from ..presets import read_toml
-
-HERE = Path(__file__).parent
-_RUN_KEYS = {"id", "source", "where", "model", "system", "plan", "metric", "measured", "tolerance",
-             "definition", "note", "precision"}
-
-
-def read_runs(path: Path, required: tuple, optional: set, fallback: str) -> list[dict]:
-    """The ``[[run]]`` rows of a runs file, checked: no unknown field, none missing, a
-    relative tolerance in (0, 1). ``fallback`` names the shipped file the format is in."""
-    runs = read_toml(path, str(path)).get("run", [])
-    allowed = set(required) | set(optional)
-    for i, run in enumerate(runs):
-        where = f"{path.name}: run {run.get('id', i + 1)}"
-        unknown = set(run) - allowed
-        if unknown:
-            raise SnlabError(f"{where}.{sorted(unknown)[0]}", "unknown field", ", ".join(sorted(allowed)))
-        for key in required:
-            if key not in run:
-                raise SnlabError(f"{where}.{key}", "missing", f"see {fallback} for the format")
-        if "tolerance" in run and not 0 < run["tolerance"] < 1:
-            raise SnlabError(f"{where}.tolerance", f"got {run['tolerance']}", "a relative tolerance in (0, 1)")
-    return runs
-
-
-def training_runs(path: str | Path | None = None) -> list[dict]:
-    """The published training runs (default: the shipped file), validated."""
-    path = Path(path) if path else HERE / "training_runs.toml"
-    return read_runs(path, ("id", "source", "where", "model", "system", "plan", "metric", "measured", "tolerance"),
-                     _RUN_KEYS, "training_runs.toml")
-
-
-def training_table(path: str | Path | None = None):
-    """Predicted against measured for every training run: a pandas DataFrame with the
-    relative error and whether it is within the run's tolerance."""
-    import pandas as pd
-
-    from ..planner import train
-    rows = []
-    for run in training_runs(path):
-        result = train(run["model"], run["system"], precision=run.get("precision", "bf16"), **run["plan"])
-        predicted = result.to_dict()[run["metric"]]
-        error = predicted / run["measured"] - 1
-        rows.append({"id": run["id"], "source": run["source"], "where": run["where"], "model": run["model"],
-                     "system": run["system"], "metric": run["metric"], "measured": run["measured"],
-                     "predicted": predicted, "error": error, "tolerance": run["tolerance"],
-                     "within": abs(error) <= run["tolerance"], "definition": run.get("definition", ""),
-                     "note": run.get("note", "")})
-    return pd.DataFrame(rows)
-
-
-_MEMORY_KEYS = {"id", "source", "where", "kind", "formula", "inputs", "vary", "scale", "measured", "tolerance",
-                "definition", "note"}
-
-
-def memory_runs(path: str | Path | None = None) -> list[dict]:
-    """Published memory figures (default: the shipped file), validated."""
-    path = Path(path) if path else HERE / "memory_runs.toml"
-    runs = read_runs(path, ("id", "source", "where", "kind", "formula", "inputs", "measured", "tolerance"),
-                     _MEMORY_KEYS, "memory_runs.toml")
-    for run in runs:
-        if run["kind"] not in ("value", "saving"):
-            raise SnlabError(f"{path.name}: run {run['id']}.kind", f"got {run['kind']!r}", "value, saving")
-    return runs
-
-
-def memory_table(path: str | Path | None = None):
-    """Predicted against measured for every memory figure (a pandas DataFrame)."""
-    import pandas as pd
-
-    from ..formula import formulas
-    registry = formulas()
-    rows = []
-    for run in memory_runs(path):
-        f = registry[run["formula"]]
-        base = float(f(**run["inputs"]))
-        if run["kind"] == "saving":
-            predicted = 1 - float(f(**{**run["inputs"], **run["vary"]})) / base
-        else:
-            predicted = base * run.get("scale", 1.0)
-        error = predicted / run["measured"] - 1
-        rows.append({"id": run["id"], "source": run["source"], "where": run["where"], "model": "",
-                     "system": "", "metric": run["definition"], "measured": run["measured"],
-                     "predicted": predicted, "error": error, "tolerance": run["tolerance"],
-                     "within": abs(error) <= run["tolerance"], "definition": run["definition"],
-                     "note": run.get("note", "")})
-    return pd.DataFrame(rows)
+__all__ = ["table", "summary", "summary_markdown", "parity_chart", "training_runs", "training_table",
+           "memory_runs", "memory_table", "serving_runs", "serving_table", "read_runs"]
 
 
 def table():
     """Every shipped run, training, memory and serving, with a ``kind`` column."""
     import pandas as pd
 
-    from .serving import serving_table
     parts = []
     for kind, frame in (("training", training_table()), ("memory", memory_table()), ("serving", serving_table())):
         frame = frame.copy()

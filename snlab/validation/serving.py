@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import SnlabError
+from .runs import read_runs
 
 HERE = Path(__file__).parent
 _REQUIRED = ("id", "source", "where", "model", "system", "deployment", "metric", "measured", "tolerance", "gap")
@@ -17,8 +18,7 @@ _KEYS = set(_REQUIRED) | {"definition", "note", "title", "url"}
 
 def serving_runs(path: str | Path | None = None) -> list[dict]:
     """The published serving runs (default: the shipped file), validated."""
-    from ..serve_planner import DEFAULTS
-    from . import read_runs
+    from ..serving.deployment import DEFAULTS
     path = Path(path) if path else HERE / "serving_runs.toml"
     runs = read_runs(path, _REQUIRED, _KEYS, "serving_runs.toml")
     for run in runs:
@@ -34,7 +34,7 @@ def serving_table(path: str | Path | None = None):
     relative error, whether it is within the run's tolerance, and the stated gap."""
     import pandas as pd
 
-    from ..serve_planner import serve
+    from ..serving import serve
     rows = []
     for run in serving_runs(path):
         result = serve(run["model"], run["system"], **run["deployment"])

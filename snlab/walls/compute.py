@@ -93,7 +93,14 @@ Nmm, nctx, gam = sym.matmul_params, sym.context_len, sym.causal_fraction
 T, r = sym.tokens, sym.recompute
 Ffwd = sym.forward_flops_per_token
 
-_attention_scores = 2 * L * a * (dh + dh) * nctx  # QK^T and scores x V, per token
+attention_score_flops = Formula(
+    "attention_score_flops", "flops",
+    2 * L * a * (dh + dh) * nctx,
+    "Narayanan 2021 Sec. 5.1 (4 L h s per token forward for the scores and their product with V)",
+    "Forward FLOPs of one query token's attention over n_ctx keys: Q K^T and the scores "
+    "times V, 2 d_h each per head and key, 2 FLOPs per multiply-add.",
+)
+_attention_scores = attention_score_flops.expr
 
 forward_flops_per_token = Formula(
     "forward_flops_per_token", "forward_flops_per_token",
@@ -175,7 +182,7 @@ gemm_time = Formula(
 p_, v_, m_ = sym.pp, sym.interleave, sym.micro_batches
 
 pipeline_bubble_fraction = Formula(
-    "pipeline_bubble_fraction", "time",
+    "pipeline_bubble_fraction", "bubble_fraction",
     (p_ - 1) / (v_ * m_),
     "Narayanan 2021 Sec. 2.2.1-2.2.2: (p - 1)/m for 1F1B, (p - 1)/(v m) interleaved",
     "Idle pipeline time as a fraction of the ideal m micro-batch times (dimensionless).",
@@ -184,7 +191,7 @@ pipeline_bubble_fraction = Formula(
 Wstep, tau, ndev = sym.step_flops, sym.time, sym.group_size
 
 flops_utilisation = Formula(
-    "flops_utilisation", "gemm_efficiency",
+    "flops_utilisation", "utilisation",
     Wstep / (tau * ndev * Fpk),
     "Chowdhery et al. 2022 (PaLM, arXiv 2204.02311) App. B: MFU; Korthikanti 2022 Sec. 6.3: HFU",
     "Fraction of the devices' peak used: with model FLOPs (no recomputation) this is MFU, "

@@ -47,6 +47,15 @@ model_state_memory = Formula(
     "Weights + gradients + optimizer state per device.",
 )
 
+optimizer_step_traffic = Formula(
+    "optimizer_step_traffic", "bytes_moved",
+    Pdev * (qg + 2 * qo + qw),
+    "Rajbhandari et al. 2019 (ZeRO) Sec. 3.1; Ren et al. 2021 (ZeRO-Offload) Sec. 4.1: Adam reads the "
+    "gradients, reads and writes its fp32 states, and writes the new 16-bit weights",
+    "Bytes one Adam step moves through the memory that holds the optimizer state, for "
+    "P_dev parameters (before ZeRO sharding is applied to P_dev).",
+)
+
 # --- activations (Korthikanti 2022) -----------------------------------------------
 
 s, b, h, a, t = sym.seq_len, sym.micro_batch, sym.hidden_size, sym.heads, sym.tp
@@ -55,25 +64,28 @@ nmlp, r, sigma = sym.mlp_matrices, sym.recompute, sym.sequence_parallel
 L, p, v, nf = sym.layers, sym.pp, sym.interleave, sym.in_flight
 V = sym.vocab_size
 
-# Korthikanti Sec. 4.1, per layer, 16-bit activations and 1-byte dropout masks:
-# kept whole under plain tensor parallelism (two LayerNorm inputs 4sbh, attention and
-# MLP inputs 2sbh each, two dropout masks sbh each): 10 sbh;
-_replicated = 10 * s * b * h
-# split by tensor parallelism: Q 2sbh, K and V 4 s b a_kv d_h, output-projection input
-# 2sbh, and the MLP's hidden tensors 2 n_mlp s b f (GeLU input and output for f = 4h:
-# 16 sbh; gate, up and product for SwiGLU): 24 sbh for GPT;
-_split = s * b * (4 * h + 4 * akv * dh + 2 * nmlp * fact)
-# attention scores: softmax output 2as^2b, its dropout mask as^2b, dropout output 2as^2b.
-_scores = 5 * a * s**2 * b
+qa, ql = sym.activation_bytes, sym.logit_bytes
+
+# Korthikanti Sec. 4.1, per layer, with q_a bytes per activation element (2: 16-bit) and
+# q_a / 2 per dropout-mask element (1 byte). Kept whole under plain tensor parallelism:
+# two LayerNorm inputs, the attention and MLP inputs (4 elements per token and hidden
+# unit) and two dropout masks (2 half elements): 10 s b h bytes at q_a = 2;
+_replicated = 5 * qa * s * b * h
+# split by tensor parallelism: Q, K and V (h + 2 a_kv d_h), the output-projection input
+# (h) and the MLP's hidden tensors n_mlp f (GeLU input and output for f = 4h; gate, up
+# and product for SwiGLU): 24 s b h bytes for GPT at q_a = 2;
+_split = qa * s * b * (2 * h + 2 * akv * dh + nmlp * fact)
+# attention scores: softmax output a s^2 b, its dropout mask (half), dropout output.
+_scores = sp.Rational(5, 2) * qa * a * s**2 * b
 
 activation_memory_per_layer = Formula(
     "activation_memory_per_layer", "activation_memory",
     sp.Piecewise(
-        (2 * s * b * h / t**sigma, sp.Eq(r, 2)),
+        (qa * s * b * h / t**sigma, sp.Eq(r, 2)),
         (_replicated / t**sigma + _split / t, sp.Eq(r, 1)),
         (_replicated / t**sigma + (_split + _scores) / t, True),
     ),
-    "Korthikanti 2022 Table 2 and Sec. 4.1: s b h (34 + 5 a s / h) without parallelism",
+    "Korthikanti 2022 Table 2 and Sec. 4.1: s b h (34 + 5 a s / h) without parallelism, at q_a = 2",
     "Activation bytes one layer keeps for one micro-batch. r = 0: everything "
     "(s b h (10 + 24/t + 5 a s/(h t)), or s b h (34 + 5 a s/h)/t with sequence "
     "parallelism); r = 1 (selective): without the 5 a s^2 b attention-score term; "
@@ -93,7 +105,7 @@ activation_memory_first_stage = Formula(
 
 logits_memory = Formula(
     "logits_memory", "activation_memory",
-    4 * s * b * V / t,
+    ql * s * b * V / t,
     "Korthikanti 2022 Sec. 4.3 (fp32 logits 4 s b V / t on the last stage)",
     "Bytes of the fp32 output logits of one micro-batch on the last pipeline stage.",
 )

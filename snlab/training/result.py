@@ -1,22 +1,21 @@
-"""Result objects with a JSON form and a rich Jupyter display."""
+"""The result of one training plan: JSON form, text table and Jupyter display."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from html import escape
 
+from ..result import Result
+from ..specs import Model, System
+from ..units import fmt_bytes, fmt_seconds
 from . import plan as pl
-from .specs import Model, System
-from .units import fmt_bytes, fmt_seconds
 
-_TIME_PARTS = ("compute", "recompute", "tp", "ep", "cp", "pp", "dp", "bubble", "optimizer", "offload")
-_EXPOSED = ("tp", "ep", "cp", "pp", "dp", "offload")
-_MEMORY = ("weights", "grads", "optimizer", "activations")
+TIME_PARTS = ("compute", "recompute", "tp", "ep", "cp", "pp", "dp", "bubble", "optimizer", "offload")
+EXPOSED = ("tp", "ep", "cp", "pp", "dp", "offload")
+MEMORY_PARTS = ("weights", "grads", "optimizer", "activations")
 
 
 @dataclass(frozen=True)
-class TrainResult:
+class TrainResult(Result):
     """One training plan on one system: times, utilisation, memory, verdicts.
 
     Times are seconds per step; ``time_s`` holds the parts (``compute`` includes
@@ -53,57 +52,41 @@ class TrainResult:
             "grad_bytes": int(g["grad_bytes"]), "flash_attention": bool(g["flash_attention"]),
             "overlap": {c: float(g[f"overlap_{c}"]) for c in pl.OVERLAP_CLASSES},
         }
-        time_s = {p: float(row[f"time_{p}_s"]) for p in _TIME_PARTS}
-        time_s["exposed"] = {p: float(row[f"exposed_{p}_s"]) for p in _EXPOSED}
+        time_s = {p: float(row[f"time_{p}_s"]) for p in TIME_PARTS}
+        time_s["exposed"] = {p: float(row[f"exposed_{p}_s"]) for p in EXPOSED}
         time_s["exposed_communication"] = float(row["exposed_comm_s"])
-        memory = {p: float(row[f"memory_{p}_bytes"]) for p in _MEMORY}
+        memory = {p: float(row[f"memory_{p}_bytes"]) for p in MEMORY_PARTS}
         memory.update(total=float(row["memory_total_bytes"]), capacity=float(row["memory_capacity_bytes"]),
                       offloaded=float(row["memory_offloaded_bytes"]))
         fits = bool(row["fits"])
-        if memory["total"] > memory["capacity"]:
-            reason = (f"needs {fmt_bytes(memory['total'])} per device; {system.device.name} has "
-                      f"{fmt_bytes(memory['capacity'])}")
-        elif not fits:
-            reason = (f"offloads {fmt_bytes(memory['offloaded'])} per device; "
-                      f"{'the pool' if system.pool else 'host memory'} gives {fmt_bytes(row['offload_capacity_bytes'])}")
-        else:
-            reason = f"uses {memory['total'] / memory['capacity']:.0%} of {fmt_bytes(memory['capacity'])}"
         walls = {"compute": row["wall_compute_s"], "communication": row["wall_communication_s"],
                  "memory": row["wall_memory_s"]}
-        limited = "memory" if not fits else max(walls, key=walls.get)
         return cls(model=model.name, system=system.name, precision=precision, plan=plan,
                    devices=int(row["devices"]), step_time_s=float(row["step_time_s"]), mfu=float(row["mfu"]),
                    hfu=float(row["hfu"]), model_tflops_per_device=float(row["model_tflops_per_device"]),
                    hardware_tflops_per_device=float(row["hardware_tflops_per_device"]),
-                   tokens_per_s=float(row["tokens_per_s"]), fits=fits, limited_by=limited, reason=reason,
-                   time_s=time_s, memory_bytes_per_device=memory,
+                   tokens_per_s=float(row["tokens_per_s"]), fits=fits,
+                   limited_by="memory" if not fits else max(walls, key=walls.get),
+                   reason=_reason(system, memory, fits, row), time_s=time_s, memory_bytes_per_device=memory,
                    bubble_fraction=float(row["bubble_fraction"]), micro_batches=int(round(row["micro_batches"])))
 
     def time_to_train_s(self, tokens: float) -> float:
         """Seconds to train on ``tokens`` tokens at this throughput."""
         return float(tokens) / self.tokens_per_s
 
-    def to_dict(self) -> dict:
-        """JSON-ready dictionary; keys mirror the attributes."""
-        return {
-            "model": self.model, "system": self.system, "precision": self.precision, "devices": self.devices,
-            "plan": self.plan, "step_time_s": self.step_time_s, "mfu": self.mfu, "hfu": self.hfu,
-            "model_tflops_per_device": self.model_tflops_per_device,
-            "hardware_tflops_per_device": self.hardware_tflops_per_device,
-            "tokens_per_s": self.tokens_per_s, "fits": self.fits, "limited_by": self.limited_by,
-            "reason": self.reason, "micro_batches": self.micro_batches, "bubble_fraction": self.bubble_fraction,
-            "time_s": self.time_s, "memory_bytes_per_device": self.memory_bytes_per_device,
-        }
-
-    def to_json(self, **kw) -> str:
-        return json.dumps(self.to_dict(), **kw)
+    def headline(self) -> str:
+        p = self.plan
+        return (f"{self.model} on {self.system}: {self.devices} devices (tp={p['tp']} pp={p['pp']} dp={p['dp']} "
+                f"ep={p['ep']} cp={p['cp']}), micro-batch {p['micro_batch']}, global batch {p['global_batch']}, "
+                f"recompute {p['recompute']}, ZeRO {p['zero']}")
 
     def summary_rows(self) -> list[tuple[str, str]]:
         t = self.time_s
         rows = [
             ("step time", fmt_seconds(self.step_time_s)),
             ("MFU / HFU", f"{self.mfu:.1%} / {self.hfu:.1%}"),
-            ("TFLOP/s per device (model / hardware)", f"{self.model_tflops_per_device:.1f} / {self.hardware_tflops_per_device:.1f}"),
+            ("TFLOP/s per device (model / hardware)",
+             f"{self.model_tflops_per_device:.1f} / {self.hardware_tflops_per_device:.1f}"),
             ("tokens per second", f"{self.tokens_per_s:,.0f}"),
             ("memory per device", f"{fmt_bytes(self.memory_bytes_per_device['total'])} "
                                   f"({'fits' if self.fits else 'does NOT fit'}: {self.reason})"),
@@ -116,22 +99,16 @@ class TrainResult:
                 rows.append((label, f"{fmt_seconds(t[part])} (exposed {fmt_seconds(t['exposed'][part])})"))
         rows.append(("pipeline bubble", f"{fmt_seconds(t['bubble'])} ({self.bubble_fraction:.1%} of ideal)"))
         rows.append(("optimizer step", fmt_seconds(t["optimizer"])))
-        for part in _MEMORY:
+        for part in MEMORY_PARTS:
             rows.append((f"  memory: {part}", fmt_bytes(self.memory_bytes_per_device[part])))
         return rows
 
-    def __str__(self) -> str:
-        p = self.plan
-        head = (f"{self.model} on {self.system}: {self.devices} devices (tp={p['tp']} pp={p['pp']} dp={p['dp']} "
-                f"ep={p['ep']} cp={p['cp']}), micro-batch {p['micro_batch']}, global batch {p['global_batch']}, "
-                f"recompute {p['recompute']}, ZeRO {p['zero']}")
-        rows = self.summary_rows()
-        width = max(len(a) for a, _ in rows)
-        return head + "\n" + "\n".join(f"  {a:<{width}}  {b}" for a, b in rows)
 
-    def _repr_html_(self) -> str:
-        body = "".join(f"<tr><td>{escape(a)}</td><td>{escape(b)}</td></tr>" for a, b in self.summary_rows())
-        p = self.plan
-        title = (f"{self.model} on {self.system}: {self.devices} devices, tp={p['tp']} pp={p['pp']} dp={p['dp']} "
-                 f"ep={p['ep']} cp={p['cp']}, b={p['micro_batch']}, B={p['global_batch']}")
-        return f"<table><caption style='text-align:left'><b>{escape(title)}</b></caption>{body}</table>"
+def _reason(system: System, memory: dict, fits: bool, row: dict) -> str:
+    if memory["total"] > memory["capacity"]:
+        return (f"needs {fmt_bytes(memory['total'])} per device; {system.device.name} has "
+                f"{fmt_bytes(memory['capacity'])}")
+    if not fits:
+        return (f"offloads {fmt_bytes(memory['offloaded'])} per device; "
+                f"{'the pool' if system.pool else 'host memory'} gives {fmt_bytes(row['offload_capacity_bytes'])}")
+    return f"uses {memory['total'] / memory['capacity']:.0%} of {fmt_bytes(memory['capacity'])}"

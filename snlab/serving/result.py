@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from html import escape
 
-from .serving import DTYPE_BYTES, KV_LOCATIONS, KV_TIERS, OUTPUT_DISTS
-from .specs import Model, System
-from .units import fmt_bytes, fmt_seconds
+from ..hardware import DTYPE_BYTES
+from ..result import Result
+from ..specs import Model, System
+from ..units import fmt_bytes, fmt_seconds
+from .deployment import OUTPUT_DISTS
+from .step import KV_LOCATIONS, KV_TIERS
 
 _TIME_PARTS = ("kv", "weights", "dense", "experts", "attention", "tp", "ep", "pp")
 _WALLS = ("compute", "memory", "communication")
 
 
 @dataclass(frozen=True)
-class ServeResult:
+class ServeResult(Result):
     """One deployment of a model on a system: latencies, throughputs, KV placement.
 
     Times are seconds, throughputs tokens per second, memory bytes per device.
@@ -97,24 +98,6 @@ class ServeResult:
                    fits=bool(row["fits"]), limited_by=limited, reason=reason, kv_bytes_per_device=by_tier,
                    kv=kv, time_s=time_s, limits=limits, batching=batching)
 
-    def to_dict(self) -> dict:
-        """JSON-ready dictionary; keys mirror the attributes."""
-        return {
-            "model": self.model, "system": self.system, "devices": self.devices, "deployment": self.deployment,
-            "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "decode_step_s": self.decode_step_s,
-            "tokens_per_step": self.tokens_per_step, "decode_tokens_per_s": self.decode_tokens_per_s,
-            "decode_tokens_per_s_per_device": self.decode_tokens_per_s_per_device,
-            "prefill_tokens_per_s_per_device": self.prefill_tokens_per_s_per_device,
-            "weights_bytes_per_device": self.weights_bytes_per_device,
-            "kv_cache_bytes_per_device": self.kv_cache_bytes_per_device, "kv_location": self.kv_location,
-            "kv_bytes_per_device": self.kv_bytes_per_device, "kv": self.kv, "fits": self.fits,
-            "limited_by": self.limited_by, "reason": self.reason, "time_s": self.time_s, "limits": self.limits,
-            "batching": self.batching,
-        }
-
-    def to_json(self, **kw) -> str:
-        return json.dumps(self.to_dict(), **kw)
-
     def summary_rows(self) -> list[tuple[str, str]]:
         t, kv = self.time_s, self.kv
         tiers = ", ".join(f"{tier} {fmt_bytes(v)}" for tier, v in self.kv_bytes_per_device.items() if v > 0)
@@ -166,12 +149,3 @@ class ServeResult:
 
     def headline(self) -> str:
         return f"{self.model} on {self.system}, {self.devices} devices: {self.deployment_text()}"
-
-    def __str__(self) -> str:
-        rows = self.summary_rows()
-        width = max(len(a) for a, _ in rows)
-        return self.headline() + "\n" + "\n".join(f"  {a:<{width}}  {b}" for a, b in rows)
-
-    def _repr_html_(self) -> str:
-        body = "".join(f"<tr><td>{escape(a)}</td><td>{escape(b)}</td></tr>" for a, b in self.summary_rows())
-        return f"<table><caption style='text-align:left'><b>{escape(self.headline())}</b></caption>{body}</table>"

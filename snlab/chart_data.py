@@ -1,4 +1,4 @@
-"""Shared pieces of the chart builders: field titles with units, data preparation.
+"""Data for the charts: field titles with units, frames from results, inline data.
 
 Kept apart from :mod:`snlab.charts` so that chart modules stay small; the public names
 (``FIELDS``, ``OVERLAP_ORDER``, ``as_frame``, ``save``) are re-exported there.
@@ -12,7 +12,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .compare import _plain  # noqa: F401  (re-exported for the chart modules)
+from .compare import plain
 
 GB = 1e9
 US = 1e-6
@@ -47,20 +47,20 @@ FIELDS = {
 PLAN_TOOLTIP = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "recompute", "zero", "overlap")
 
 
-def _title(column: str) -> str:
+def title_of(column: str) -> str:
     return FIELDS.get(column, (column, 1.0, ""))[0]
 
 
-def _scaled(frame: pd.DataFrame, column: str) -> pd.Series:
+def scaled(frame: pd.DataFrame, column: str) -> pd.Series:
     return frame[column].astype(float) * FIELDS.get(column, ("", 1.0, ""))[1]
 
 
-def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
+def column_values(frame: pd.DataFrame, name: str) -> np.ndarray:
     col = frame[name]
     return col.astype(str).to_numpy() if isinstance(col.dtype, pd.CategoricalDtype) else col.to_numpy()
 
 
-def _data(frame: pd.DataFrame) -> alt.Data:
+def inline_data(frame: pd.DataFrame) -> alt.Data:
     """Inline records with plain Python values. Cheaper than handing Altair the
     DataFrame (no per-column sanitising), which keeps a dashboard update fast; every
     encoding in this module states its type, so nothing is lost."""
@@ -95,17 +95,17 @@ def as_frame(data) -> pd.DataFrame:
 
 
 def _levels_equal(name: str, levels: dict) -> bool:
-    from .plan import OVERLAP_PRESETS
+    from .training.plan import OVERLAP_PRESETS
     return all(abs(OVERLAP_PRESETS[name][k] - levels.get(k, 0.0)) < 1e-12 for k in OVERLAP_PRESETS[name])
 
 
-def _label(frame: pd.DataFrame, by: Sequence[str]) -> pd.Series:
+def labels_of(frame: pd.DataFrame, by: Sequence[str]) -> pd.Series:
     if len(by) == 1:
         return frame[by[0]].astype(str)
     return frame[list(by)].astype(str).agg(" / ".join, axis=1)
 
 
-def _tooltip_plan(frame: pd.DataFrame, exclude=()) -> list:
+def plan_tooltip(frame: pd.DataFrame, exclude=()) -> list:
     return [alt.Tooltip(f"{c}:N", title=c.replace("_", "-")) for c in PLAN_TOOLTIP
             if c in frame.columns and c not in exclude]
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import SnlabError
-from .specs import Model
+from ..errors import SnlabError
+from ..grid import first_broken
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
 OFFLOAD = {"none": 0, "optimizer": 1, "activations": 2, "both": 3}
@@ -31,8 +31,7 @@ OVERLAP_PRESETS = {
 #: plan fields, their defaults, and what they accept (for errors and the CLI)
 DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, zero=1,
                 recompute="selective", sequence_parallel=None, interleave=1, overlap="standard",
-                offload="none", precision="bf16", grad_dtype="fp32", seq_len=None,
-                flash_attention=True, optimizer_bytes=12)
+                offload="none", grad_dtype="fp32", seq_len=None, flash_attention=True, optimizer_bytes=12)
 ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                pp="a whole number from 1 to the number of layers",
                dp="a whole number >= 1", ep="a whole number >= 1 dividing dp x cp and the experts",
@@ -46,12 +45,56 @@ ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                flash_attention="true or false", optimizer_bytes="a number >= 0 (12 for Adam)")
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A grid of training plans: each field a number or an array (an axis of an open
+    grid). Choices are codes: ``recompute`` 0 none, 1 selective, 2 full; ``offload`` 0
+    none, 1 optimizer, 2 activations, 3 both; flags 0 or 1; ``overlap_<class>`` the
+    fraction of that class of communication hidden behind compute [0, 1]."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    ep: np.ndarray
+    cp: np.ndarray
+    micro_batch: np.ndarray
+    global_batch: np.ndarray
+    zero_stage: np.ndarray
+    recompute: np.ndarray
+    sequence_parallel: np.ndarray
+    interleave: np.ndarray
+    offload: np.ndarray
+    grad_bytes: np.ndarray
+    seq_len: np.ndarray
+    flash_attention: np.ndarray
+    optimizer_bytes: np.ndarray
+    overlap_dp: np.ndarray
+    overlap_tp: np.ndarray
+    overlap_pp: np.ndarray
+    overlap_ep: np.ndarray
+    overlap_cp: np.ndarray
+    overlap_offload: np.ndarray
+
+    def overlap(self, cls: str) -> np.ndarray:
+        """The overlap level of one class of communication."""
+        return getattr(self, f"overlap_{cls}")
+
+    @property
+    def devices(self):
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def micro_batches(self):
+        """Micro-batches per pipeline per step, B / (b d)."""
+        return self.global_batch / (self.micro_batch * self.dp)
+
+
 def overlap_levels(spec) -> dict[str, float]:
     """Overlap levels per class from a preset name, a number, a dict, or ``"dp=1,tp=0.5"``."""
     if isinstance(spec, str) and spec in OVERLAP_PRESETS:
         return dict(OVERLAP_PRESETS[spec])
     if isinstance(spec, (int, float)) and not isinstance(spec, bool):
-        levels = dict.fromkeys(OVERLAP_CLASSES, float(spec))
+        levels = dict.fromkeys(OVERLAP_CLASSES, spec)
     elif isinstance(spec, dict):
         levels = {**OVERLAP_PRESETS["none"], **spec}
     elif isinstance(spec, str):
@@ -67,22 +110,10 @@ def overlap_levels(spec) -> dict[str, float]:
     for key, value in levels.items():
         if key not in OVERLAP_CLASSES:
             raise SnlabError("overlap", f"unknown class {key!r}", ALLOWED["overlap"])
-        if value is None or not 0.0 <= float(value) <= 1.0:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not 0.0 <= float(value) <= 1.0:
             raise SnlabError(f"overlap.{key}", f"got {value!r}", "a level in [0, 1]")
     return {k: float(v) for k, v in levels.items()}
-
-
-def code(name: str, value, table: dict) -> int:
-    """Code of a named choice (``recompute="full"`` -> 2); numbers pass through if valid."""
-    if isinstance(value, str):
-        if value not in table:
-            raise SnlabError(name, f"got {value!r}", ", ".join(table))
-        return table[value]
-    if isinstance(value, (bool, np.bool_)):
-        raise SnlabError(name, f"got {value!r}", ", ".join(table))
-    if value in table.values():
-        return int(value)
-    raise SnlabError(name, f"got {value!r}", ", ".join(table))
 
 
 @dataclass(frozen=True)
@@ -110,18 +141,18 @@ RULES = (
 )
 
 
-def violations(model: Model, g: dict, devices=None) -> np.ndarray:
+def violations(model, plan: Plan, devices=None) -> np.ndarray:
     """Index into :data:`RULES` of the first rule each row breaks, or -1."""
     # whole numbers are compared as integers: exact, and faster than float modulo
-    ints = {k: np.round(g[k]).astype(np.int64) for k in ("tp", "pp", "dp", "ep", "cp", "micro_batch",
-                                                         "global_batch", "interleave", "seq_len")}
+    names = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "interleave", "seq_len")
+    ints = {k: np.round(getattr(plan, k)).astype(np.int64) for k in names}
     whole = True
-    for k in ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "interleave"):
-        whole = whole & (ints[k] == g[k])
+    for k in names[:-1]:
+        whole = whole & (ints[k] == getattr(plan, k))
     t, p, d, e, c = ints["tp"], ints["pp"], ints["dp"], ints["ep"], ints["cp"]
     b, B, v, s = ints["micro_batch"], ints["global_batch"], ints["interleave"], ints["seq_len"]
     experts = model.moe.experts if model.moe else 1
-    broken = [
+    return first_broken([
         (t < 1) | (model.heads % np.maximum(t, 1) != 0),
         (model.kv_heads % np.maximum(t, 1) != 0) & (t % model.kv_heads != 0),
         (p < 1) | (p > model.layers),
@@ -130,11 +161,7 @@ def violations(model: Model, g: dict, devices=None) -> np.ndarray:
         (c < 1) | (s % np.maximum(c, 1) != 0),
         (e < 1) | ((d * c) % np.maximum(e, 1) != 0) | (experts % np.maximum(e, 1) != 0),
         (B % np.maximum(b * d, 1) != 0) | (B < b * d),
-        (g["zero"] == 3) & (p > 1),
+        (plan.zero_stage == 3) & (p > 1),
         (t * p * d * c != devices) if devices is not None else np.zeros((), dtype=bool),
         (d < 1) | (b < 1) | ~whole,
-    ]
-    first = np.full(np.broadcast(*broken).shape, -1, dtype=np.int16)
-    for i in range(len(broken) - 1, -1, -1):
-        first = np.where(broken[i], i, first)
-    return first
+    ])

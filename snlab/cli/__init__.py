@@ -1,0 +1,49 @@
+"""The ``snlab`` command: one module per subcommand.
+
+Every subcommand prints a readable table, or JSON with ``--json``. Bad input prints
+one line naming the field and what it accepts, and exits with status 2; no traceback
+(set ``SNLAB_DEBUG=1`` to see one).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import SnlabError
+from . import compare, evidence, formulas, presets, search, serve, symbols, train
+from .common import Parser
+
+#: the subcommand modules, each with ``register(subparsers)``, in the order of ``--help``
+COMMANDS = (presets, symbols, formulas, train, compare, search, serve, evidence)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="snlab", description="SuperNode Lab: the compute, memory and communication walls "
+                                              "of large-model training and serving")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except SnlabError as exc:
+        if os.environ.get("SNLAB_DEBUG"):
+            raise
+        print(f"snlab: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: still one line, with the way to see more
+        if os.environ.get("SNLAB_DEBUG"):
+            raise
+        print(f"snlab: internal error: {type(exc).__name__}: {exc} "
+              "(run with SNLAB_DEBUG=1 for details)", file=sys.stderr)
+        return 1

@@ -1,0 +1,49 @@
+"""``snlab compare``: one training plan on several systems, side by side."""
+
+from __future__ import annotations
+
+from ..errors import SnlabError
+from ..units import fmt_bytes, fmt_seconds
+from . import plan_flags
+from .common import print_json, side_by_side
+
+ROWS = [
+    ("devices", lambda r: f"{r.devices}"),
+    ("step time", lambda r: fmt_seconds(r.step_time_s)),
+    ("MFU", lambda r: f"{r.mfu:.1%}"),
+    ("HFU", lambda r: f"{r.hfu:.1%}"),
+    ("tokens/s", lambda r: f"{r.tokens_per_s:,.0f}"),
+    ("compute", lambda r: fmt_seconds(r.time_s["compute"])),
+    ("exposed TP comm", lambda r: fmt_seconds(r.time_s["exposed"]["tp"])),
+    ("exposed EP comm", lambda r: fmt_seconds(r.time_s["exposed"]["ep"])),
+    ("exposed PP sends", lambda r: fmt_seconds(r.time_s["exposed"]["pp"])),
+    ("exposed DP grads", lambda r: fmt_seconds(r.time_s["exposed"]["dp"])),
+    ("pipeline bubble", lambda r: fmt_seconds(r.time_s["bubble"])),
+    ("offload", lambda r: fmt_seconds(r.time_s["offload"])),
+    ("memory/device", lambda r: fmt_bytes(r.memory_bytes_per_device["total"])),
+    ("fits", lambda r: "yes" if r.fits else "NO"),
+    ("limited by", lambda r: r.limited_by),
+]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="one training plan on several systems, side by side")
+    p.add_argument("--systems", required=True, help="comma-separated system names or .toml paths")
+    plan_flags.add(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..training import train
+    systems = [s for s in args.systems.split(",") if s]
+    if not systems:
+        raise SnlabError("systems", "empty", "comma-separated system names or .toml paths")
+    results = [train(args.model, s, precision=args.precision, **plan_flags.plan(args)) for s in systems]
+    if args.json:
+        print_json([r.to_dict() for r in results])
+        return 0
+    p = results[0].plan
+    print(f"{results[0].model}: tp={p['tp']} pp={p['pp']} dp={p['dp']} ep={p['ep']} cp={p['cp']}, "
+          f"micro-batch {p['micro_batch']}, global batch {p['global_batch']}, recompute {p['recompute']}")
+    side_by_side(results, ROWS)
+    return 0

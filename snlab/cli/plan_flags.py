@@ -1,0 +1,50 @@
+"""The training-plan flags that ``snlab train``, ``compare`` and ``search`` share."""
+
+from __future__ import annotations
+
+from ..training import plan as pl
+from .common import integer_flag, number
+
+PLAN_KEYS = ["micro_batch", "global_batch", "zero", "recompute", "sequence_parallel", "interleave", "overlap",
+             "offload", "grad_dtype", "seq_len", "flash_attention"]
+
+
+def add(p, *, degrees: bool = True) -> None:
+    """Add the plan flags to a subcommand's parser."""
+    p.add_argument("--model", required=True, help="model preset name or .toml path")
+    if degrees:
+        for flag, help_ in (("--tp", "tensor-parallel degree"), ("--pp", "pipeline stages"),
+                            ("--dp", "data-parallel degree"), ("--ep", "expert-parallel degree"),
+                            ("--cp", "context-parallel degree")):
+            p.add_argument(flag, type=integer_flag(flag[2:]), default=1, help=help_ + " (default 1)")
+    p.add_argument("--micro-batch", type=integer_flag("micro_batch"), default=None, help="sequences per micro-batch")
+    p.add_argument("--global-batch", type=integer_flag("global_batch"), required=True, help="sequences per step")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=None, help="ZeRO stage (default 1)")
+    p.add_argument("--recompute", choices=list(pl.RECOMPUTE), default=None)
+    p.add_argument("--sequence-parallel", action="store_true", default=None)
+    p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
+    p.add_argument("--interleave", type=integer_flag("interleave"), default=None,
+                   help="virtual stages per pipeline stage")
+    p.add_argument("--overlap", default=None, help="none, gradients, standard, all, or dp=1,tp=0.5,...")
+    p.add_argument("--offload", choices=list(pl.OFFLOAD), default=None)
+    p.add_argument("--precision", default="bf16", help="matmul precision (bf16, fp8, ...)")
+    p.add_argument("--grad-dtype", choices=list(pl.GRAD_DTYPE_BYTES), default=None)
+    p.add_argument("--seq-len", type=integer_flag("seq_len"), default=None,
+                   help="sequence length (default: the model's)")
+    p.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
+                   help="attention scores materialised (as in Megatron-LM 2021-2022)")
+    p.add_argument("--tokens", default=None, help="also report the time to train this many tokens")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def plan(args, *, degrees: bool = True) -> dict:
+    """The plan keywords of :func:`snlab.train` from parsed flags."""
+    keys = (["tp", "pp", "dp", "ep", "cp"] if degrees else []) + PLAN_KEYS
+    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+
+
+def tokens(args) -> float | None:
+    """The ``--tokens`` flag: training tokens > 0 (at most 1e18), or None."""
+    if args.tokens is None:
+        return None
+    return number("tokens", args.tokens, 1.0, 1e18, "a number of training tokens from 1 to 1e18")

@@ -1,0 +1,30 @@
+"""``snlab train``: step time, MFU and memory of one training plan."""
+
+from __future__ import annotations
+
+from ..units import fmt_seconds
+from . import plan_flags
+from .common import print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="step time, MFU and memory of one training plan")
+    p.add_argument("--system", required=True, help="system preset name or .toml path")
+    plan_flags.add(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..training import train
+    tokens = plan_flags.tokens(args)
+    result = train(args.model, args.system, precision=args.precision, **plan_flags.plan(args))
+    if args.json:
+        out = result.to_dict()
+        if tokens:
+            out["time_to_train_s"] = result.time_to_train_s(tokens)
+        print_json(out)
+    else:
+        print(result)
+        if tokens:
+            print(f"  time to train {tokens:.3g} tokens: {fmt_seconds(result.time_to_train_s(tokens))}")
+    return 0

@@ -1,0 +1,57 @@
+"""The README's generated parts, and the command that writes them.
+
+    python -m snlab.docs            # rewrite the generated blocks of ./README.md
+    python -m snlab.docs --check    # exit 1 if any block is out of date
+
+A generated block sits between ``<!-- NAME -->`` and ``<!-- /NAME -->`` in the README;
+:func:`blocks` computes each from the library (the nomenclature, the architecture, the
+accuracy against published runs, the claims), so the README says what the code does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+
+def blocks() -> dict[str, str]:
+    """Each generated block's Markdown, by marker name."""
+    from . import architecture, claims, validation
+    from .symbols import table_markdown
+    return {
+        "nomenclature": table_markdown(),
+        "architecture": architecture.layers_markdown() + "\n\n" + architecture.mermaid(),
+        "evidence:accuracy": validation.summary_markdown(),
+        "evidence:claims": claims.table_markdown(),
+    }
+
+
+def render(text: str, generated: dict[str, str]) -> str:
+    """``text`` with every generated block replaced; a marker missing from the text is an error."""
+    for name, body in generated.items():
+        pattern = re.compile(rf"(<!-- {re.escape(name)} -->\n).*?(<!-- /{re.escape(name)} -->)", re.S)
+        if not pattern.search(text):
+            raise ValueError(f"README has no block <!-- {name} --> ... <!-- /{name} -->")
+        text = pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m snlab.docs", description=__doc__.splitlines()[0])
+    parser.add_argument("--readme", default="README.md")
+    parser.add_argument("--check", action="store_true", help="only check; exit 1 if a block is out of date")
+    args = parser.parse_args(argv)
+    path = Path(args.readme)
+    old = path.read_text(encoding="utf-8")
+    new = render(old, blocks())
+    if args.check:
+        print("README is up to date" if new == old else "README is out of date: run python -m snlab.docs")
+        return 0 if new == old else 1
+    path.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The grid scaffold shared by the training and serving planners.
+
+A planner call is a Cartesian product of axes (a scalar is an axis of one value). The
+product is kept as an *open* grid: each axis varies along a dimension of its own, so a
+quantity that depends on a few axes is computed over those alone and numpy broadcasts
+the rest; :func:`flatten` lays the outputs out one row per configuration at the end.
+Rules are checked row by row (:func:`first_broken`), so a single call can raise the
+first broken rule and a sweep can flag each row with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from . import schema
+from .errors import SnlabError
+from .units import parse_quantity
+
+#: the most configurations one call evaluates at once: about 1 kB of outputs and
+#: intermediates per row keeps this under a few GB
+MAX_ROWS = 4_000_000
+
+
+def axis_values(name: str, value) -> list | np.ndarray:
+    """An axis as a list of values (a scalar is a one-value axis); a numeric numpy
+    array stays an array. Arrays must be one-dimensional."""
+    if isinstance(value, np.ndarray):
+        if value.ndim > 1:
+            raise SnlabError(name, f"got an array of shape {value.shape}", "a scalar or a one-dimensional list")
+        if value.size == 0:
+            raise SnlabError(name, "empty array", "at least one value")
+        return value if value.dtype.kind in "iuf" else value.tolist()
+    if isinstance(value, (list, tuple, range)):
+        values = list(value)
+        if not values:
+            raise SnlabError(name, "empty list", "at least one value")
+        return values
+    return [value]
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def numbers(name: str, values, allowed: str, dimension: str | None = None) -> np.ndarray:
+    """A numeric axis as float64, each value a finite number; with a physical
+    ``dimension`` strings such as ``"400 Gb/s"`` are read and the range checked."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
+        out = values.astype(float)
+        if not np.all(np.isfinite(out)):
+            raise SnlabError(name, "got a NaN or infinite value", allowed)
+    else:
+        out = np.empty(len(values))
+        for i, v in enumerate(values):
+            if isinstance(v, str) and dimension is not None:
+                unit_dim = {"bytes0": "bytes", "fraction0": "1", "count": "count"}.get(dimension, dimension)
+                v = parse_quantity(v, unit_dim, name)[0]
+            if not is_number(v) or not math.isfinite(v):
+                raise SnlabError(name, f"got {v!r}", allowed)
+            out[i] = float(v)
+    if dimension is not None:
+        schema.check_values(out, dimension, name)
+    return out
+
+
+def coded(name: str, values, table: Mapping, allowed: str) -> np.ndarray:
+    """Codes of a named choice (``recompute="full"`` -> 2); codes pass through if valid."""
+    out = np.empty(len(values))
+    codes = set(table.values())
+    for i, v in enumerate(values):
+        if isinstance(v, str) and v in table:
+            out[i] = table[v]
+        elif is_number(v) and v in codes and not isinstance(v, str):
+            out[i] = float(v)
+        else:
+            raise SnlabError(name, f"got {v!r}", allowed)
+    return out
+
+
+def flags(name: str, values) -> np.ndarray:
+    """A yes/no axis as 0.0 / 1.0."""
+    out = np.empty(len(values))
+    for i, v in enumerate(values):
+        if not isinstance(v, (bool, np.bool_)) and not (is_number(v) and v in (0, 1)):
+            raise SnlabError(name, f"got {v!r}", "true or false")
+        out[i] = float(bool(v))
+    return out
+
+
+def check_size(axes: Mapping[str, Sequence], *, limit: int = MAX_ROWS, extra: int = 1) -> int:
+    """The number of configurations of the product of ``axes`` (times ``extra``);
+    refuses a product larger than ``limit`` with a message that says how large it is."""
+    size = extra
+    for values in axes.values():
+        size *= len(values)
+    if size > limit:
+        longest = sorted(axes, key=lambda k: -len(axes[k]))[:3]
+        raise SnlabError("sweep", f"{size:,} configurations, more than one call evaluates at once ({limit:,})",
+                         "fewer values on the longest axes (" + ", ".join(f"{k}: {len(axes[k]):,}" for k in longest)
+                         + "), or a loop over one of them")
+    return size
+
+
+def open_grid(columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each axis reshaped to vary along its own dimension of an open grid."""
+    ndim = len(columns)
+    out = {}
+    for i, (name, arr) in enumerate(columns.items()):
+        shape = [1] * ndim
+        shape[i] = len(arr)
+        out[name] = np.asarray(arr, dtype=float).reshape(shape)
+    return out
+
+
+def grid_shape(*groups) -> tuple:
+    """The broadcast shape of every array in the given mappings (or arrays)."""
+    shapes = []
+    for group in groups:
+        values = group.values() if isinstance(group, Mapping) else [group]
+        shapes += [np.shape(v) for v in values]
+    return np.broadcast_shapes(*shapes)
+
+
+def flatten(arrays: Mapping, shape: tuple) -> dict:
+    """Arrays of an open grid broadcast to ``shape`` and laid out flat, one row per point."""
+    return {k: (np.broadcast_to(v, shape).ravel() if np.ndim(v) else v) for k, v in arrays.items()}
+
+
+def first_broken(conditions: Sequence) -> np.ndarray:
+    """Index of the first true condition per row (a rule broken), or -1 when none is."""
+    first = np.full(np.broadcast(*conditions).shape, -1, dtype=np.int16)
+    for i in range(len(conditions) - 1, -1, -1):
+        first = np.where(conditions[i], i, first)
+    return first
+
+
+def whole(x) -> np.ndarray:
+    """Whether each value is a whole number >= 1."""
+    return (x == np.round(x)) & (x >= 1)
+
+
+def unknown_fields(axes: Mapping, known: Sequence[str], what: str, extra: Callable[[str], bool] = lambda k: False):
+    """Raise naming the first axis that is not a known field."""
+    for key in axes:
+        if key not in known and not extra(key):
+            raise SnlabError(key, f"not a {what} field", ", ".join(known))

@@ -1,0 +1,152 @@
+"""A system's numbers as the step models read them: one frozen :class:`Hardware`.
+
+Every field is a float in SI units, or a numpy array when a sweep varies it. The
+names are the ones a sweep or a single call may override (``scale_out_bandwidth``,
+``hbm_capacity``, ...), so a system field has one name from the preset to the
+DataFrame column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .specs import System
+
+#: bytes per element of each precision (weights, KV cache, messages)
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5}
+#: activations, tensor-parallel messages and the expert combine: 16-bit
+ACTIVATION_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A system's numbers [SI units]: the scale-up and scale-out levels, host link,
+    memory pool and storage, and the device (peak at the chosen precision).
+
+    ``pool_capacity`` is per device (the domain's pool over its devices);
+    ``pool_domain_capacity`` the whole domain's. ``ep_*_efficiency`` are 0 where the
+    preset has no measurement of that expert-parallel kernel (the level's
+    ``efficiency`` applies), as is ``decode_attention_efficiency`` (then
+    ``gemm_efficiency`` applies). ``peak_ratio_<dtype>`` is the dense peak at a
+    precision over the bf16 peak (1 where the device has no faster path).
+    """
+
+    scale_up_domain_size: float
+    scale_up_bandwidth: float
+    scale_up_latency: float
+    scale_up_efficiency: float
+    scale_up_call_latency: float
+    scale_out_bandwidth: float
+    scale_out_latency: float
+    scale_out_efficiency: float
+    scale_out_call_latency: float
+    host_bandwidth: float
+    host_capacity: float
+    host_latency: float
+    pool_bandwidth: float
+    pool_capacity: float
+    pool_domain_capacity: float
+    pool_latency: float
+    storage_bandwidth: float
+    storage_latency: float
+    storage_capacity: float
+    peak_flops: float
+    hbm_bandwidth: float
+    hbm_capacity: float
+    gemm_efficiency: float
+    memory_efficiency: float
+    sustained_clock: float
+    dies: float
+    decode_attention_efficiency: float
+    scale_up_ep_dispatch_efficiency: float
+    scale_up_ep_combine_efficiency: float
+    scale_up_ep_bulk_efficiency: float
+    scale_out_ep_dispatch_efficiency: float
+    scale_out_ep_combine_efficiency: float
+    scale_out_ep_bulk_efficiency: float
+    peak_ratio_bf16: float = 1.0
+    peak_ratio_fp16: float = 1.0
+    peak_ratio_fp8: float = 1.0
+    peak_ratio_int8: float = 1.0
+    peak_ratio_fp4: float = 1.0
+
+    def replace(self, **changes) -> "Hardware":
+        """A copy with fields changed (sweep axes, overrides of one call)."""
+        return dataclasses.replace(self, **changes)
+
+    def roofline(self, peak_flops=None, gemm_efficiency=None) -> dict:
+        """The inputs of the compute wall's roofline formulas, at ``peak_flops`` (default
+        this hardware's peak) and ``gemm_efficiency`` (default the device's)."""
+        return roofline_inputs(self.peak_flops if peak_flops is None else peak_flops,
+                               self.gemm_efficiency if gemm_efficiency is None else gemm_efficiency,
+                               self.sustained_clock, self.hbm_bandwidth, self.memory_efficiency)
+
+    def peak_ratio(self, dtype: str):
+        """Dense peak at ``dtype`` over the bf16 peak."""
+        return getattr(self, f"peak_ratio_{dtype}")
+
+
+def roofline_inputs(peak_flops, gemm_efficiency, sustained_clock, memory_bandwidth, memory_efficiency) -> dict:
+    """The keyword inputs of :data:`snlab.walls.compute.roofline_time` and ``gemm_time``."""
+    return dict(peak_flops=peak_flops, gemm_efficiency=gemm_efficiency, sustained_clock=sustained_clock,
+                memory_bandwidth=memory_bandwidth, memory_efficiency=memory_efficiency)
+
+
+def device_roofline(device, precision: str = "bf16", sustained_clock=None) -> dict:
+    """The roofline inputs of one device at ``precision`` (its own sustained clock unless given)."""
+    return roofline_inputs(device.peak(precision), device.gemm_efficiency,
+                           device.sustained_clock if sustained_clock is None else sustained_clock,
+                           device.hbm_bandwidth, device.memory_efficiency)
+
+
+#: every field, in order: the names a sweep may vary (the ratios are derived, not set)
+FIELDS = tuple(f.name for f in dataclasses.fields(Hardware) if not f.name.startswith("peak_ratio_"))
+
+
+@lru_cache(maxsize=256)
+def hardware(system: "System", precision: str = "bf16") -> Hardware:
+    """The numbers of ``system`` [SI units] with the device's dense peak at ``precision``."""
+    dev, up, out, pool, store = system.device, system.scale_up, system.scale_out, system.pool, system.storage
+    bf16 = dev.peak("bf16")
+    levels = {f"{name}_{field}": getattr(level, field) for name, level in (("scale_up", up), ("scale_out", out))
+              for field in ("ep_dispatch_efficiency", "ep_combine_efficiency", "ep_bulk_efficiency")}
+    return Hardware(
+        scale_up_domain_size=float(up.domain_size), scale_up_bandwidth=up.bandwidth, scale_up_latency=up.latency,
+        scale_up_efficiency=up.efficiency, scale_up_call_latency=up.call_latency,
+        scale_out_bandwidth=out.bandwidth, scale_out_latency=out.latency, scale_out_efficiency=out.efficiency,
+        scale_out_call_latency=out.call_latency,
+        host_bandwidth=system.host.bandwidth, host_capacity=system.host.capacity, host_latency=system.host.latency,
+        pool_bandwidth=pool.bandwidth if pool else 0.0,
+        pool_capacity=(pool.capacity / up.domain_size) if pool else 0.0,
+        pool_domain_capacity=pool.capacity if pool else 0.0, pool_latency=pool.latency if pool else 0.0,
+        storage_bandwidth=store.bandwidth if store else 0.0, storage_latency=store.latency if store else 0.0,
+        storage_capacity=store.capacity if store else 0.0,
+        peak_flops=dev.peak(precision), hbm_bandwidth=dev.hbm_bandwidth, hbm_capacity=dev.hbm_capacity,
+        gemm_efficiency=dev.gemm_efficiency, memory_efficiency=dev.memory_efficiency,
+        sustained_clock=dev.sustained_clock, dies=float(dev.dies),
+        decode_attention_efficiency=dev.decode_attention_efficiency, **levels,
+        **{f"peak_ratio_{d}": dev.peak_flops.get(d, bf16) / bf16 for d in DTYPE_BYTES},
+    )
+
+
+def field_dimension(name: str) -> str:
+    """The dimension of a hardware field, as :func:`snlab.schema.check_range` takes it:
+    capacities may be 0 (no such tier), expert-kernel and decode-attention
+    efficiencies may be 0 (not measured: the fallback applies)."""
+    if name.endswith("domain_size") or name == "dies":
+        return "count"
+    if name.endswith("capacity"):
+        return "bytes0"
+    if name.endswith("bandwidth"):
+        return "bytes/s"
+    if name.endswith("latency"):
+        return "s"
+    if name == "peak_flops":
+        return "FLOP/s"
+    if "ep_" in name or name == "decode_attention_efficiency":
+        return "fraction0"
+    return "1"

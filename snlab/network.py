@@ -1,0 +1,147 @@
+"""The network: where a group of devices sits on a system's levels, and what a
+collective over it costs.
+
+A system has two levels: a scale-up domain (NVLink, a PCIe switch, a supernode's bus)
+of ``scale_up_domain_size`` devices, and a scale-out network between domains. Ranks
+are laid out in Megatron-LM's order (tensor innermost, then context, data with expert
+inside it, pipeline outermost), so a group whose members sit ``stride`` ranks apart has
+``n1`` members per domain and spans ``n2`` domains (:func:`split`). A group inside one
+domain pays the scale-up level; a group spanning domains pays a two-level collective
+(:mod:`snlab.walls.communication`). Every function here takes a
+:class:`~snlab.hardware.Hardware` and broadcasts over numpy arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .hardware import ACTIVATION_BYTES, Hardware
+from .walls import communication as cm
+from .walls import serving as sv
+
+#: expert-parallel kernels -> the level field of their achieved bandwidth fraction: the
+#: low-latency dispatch and combine of decode, the high-throughput ("bulk") ones of
+#: prefill and training
+EP_KERNELS = {"dispatch": "ep_dispatch_efficiency", "combine": "ep_combine_efficiency", "bulk": "ep_bulk_efficiency"}
+
+
+def split(n, stride, hw: Hardware):
+    """Members of a group per scale-up domain (n1) and domains spanned (n2).
+
+    Members sit ``stride`` ranks apart; a domain holds ``scale_up_domain_size`` ranks.
+    """
+    per_domain = np.maximum(np.floor(hw.scale_up_domain_size / stride), 1.0)
+    n1 = np.minimum(n, per_domain)
+    n2 = np.ceil(n / n1)
+    return n1, n2
+
+
+def levels(n1, n2, hw: Hardware) -> dict:
+    """The two-level collective formulas' inputs for a group of n1 x n2 devices: a
+    call spanning domains pays the larger of the two levels' per-call latencies."""
+    spans = n2 > 1
+    return dict(
+        inner_size=n1, outer_size=n2,
+        inner_latency=hw.scale_up_latency, inner_bandwidth=hw.scale_up_bandwidth,
+        inner_efficiency=hw.scale_up_efficiency,
+        outer_latency=hw.scale_out_latency, outer_bandwidth=hw.scale_out_bandwidth,
+        outer_efficiency=hw.scale_out_efficiency,
+        call_latency=np.where(spans, np.maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
+                              hw.scale_up_call_latency),
+    )
+
+
+def all_reduce(S, n, stride, hw: Hardware):
+    """Time of an all-reduce of S bytes over n devices ``stride`` ranks apart [s]."""
+    n1, n2 = split(n, stride, hw)
+    return np.where(n > 1, cm.hierarchical_all_reduce_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
+
+
+def reduce_scatter(S, n, stride, hw: Hardware):
+    """Time of a reduce-scatter (or all-gather) of an S-byte buffer [s]."""
+    n1, n2 = split(n, stride, hw)
+    return np.where(n > 1, cm.hierarchical_reduce_scatter_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
+
+
+def all_to_all(S, n, stride, hw: Hardware):
+    """Time of an all-to-all of an S-byte send buffer [s]."""
+    n1, n2 = split(n, stride, hw)
+    return np.where(n > 1, cm.hierarchical_all_to_all_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
+
+
+def point_to_point(S, inside, hw: Hardware):
+    """One message of S bytes, inside a scale-up domain or across domains [s]."""
+    up = cm.point_to_point_time(message_bytes=S, latency=hw.scale_up_latency, link_bandwidth=hw.scale_up_bandwidth,
+                                link_efficiency=hw.scale_up_efficiency, call_latency=hw.scale_up_call_latency)
+    out = cm.point_to_point_time(message_bytes=S, latency=hw.scale_out_latency,
+                                 link_bandwidth=hw.scale_out_bandwidth, link_efficiency=hw.scale_out_efficiency,
+                                 call_latency=hw.scale_out_call_latency)
+    return np.where(inside, up, out)
+
+
+def one_shot_all_to_all(S_in, S_out, n1, n2, hw: Hardware, kernel: str | None = None):
+    """One-shot all-to-all [s] sending S_in bytes to peers in the domain and S_out to
+    other domains; ``kernel`` (a key of :data:`EP_KERNELS`) picks the achieved bandwidth
+    fraction of that expert-parallel kernel on each level where the preset measures it,
+    the level's ``efficiency`` elsewhere."""
+    lv = levels(n1, n2, hw)
+    del lv["inner_size"], lv["outer_size"]
+    if kernel is not None:
+        field = EP_KERNELS[kernel]
+        for level, key in (("scale_up", "inner_efficiency"), ("scale_out", "outer_efficiency")):
+            own = np.asarray(getattr(hw, f"{level}_{field}"))
+            lv[key] = np.where(own > 0, own, lv[key])
+    return sv.direct_all_to_all_time(inner_bytes=S_in, outer_bytes=S_out, **lv)
+
+
+def expert_calls(tokens, experts_per_token, hidden, ep, dispatch_bytes, hw: Hardware, bulk):
+    """Seconds of one expert dispatch and one combine (one MoE layer, one micro-batch)
+    when each of ``ep`` devices sends ``tokens`` tokens of ``hidden`` elements to their
+    tokens' ``experts_per_token`` experts.
+
+    Low-latency kernels (``bulk`` False: decode) write every (token, expert) copy
+    straight to the expert's device; high-throughput ones (``bulk`` True: prefill) send
+    a token once per remote domain and forward it inside the domain (DeepEP normal
+    kernels). Dispatch moves ``dispatch_bytes`` per element, combine 16-bit. Bytes to a
+    device's sibling dies stay on the package, so the remote share is counted in
+    devices (packages), not ranks.
+    """
+    n1, n2 = split(ep, 1.0, hw)
+    sent = tokens * experts_per_token * hidden     # (token, expert) copies per device, in elements
+    inner = sent * (n1 - 1) / np.where(bulk, n1, n1 * n2)
+    if bulk:
+        outer = tokens * hidden * sv.domains_per_token(outer_size=n2, experts_per_token=experts_per_token) \
+            * (n2 - 1) / n2
+    else:
+        outer = sent * (n2 - 1) / n2
+    disp = one_shot_all_to_all(inner * dispatch_bytes, outer * dispatch_bytes, n1, n2, hw,
+                               "bulk" if bulk else "dispatch")
+    comb = one_shot_all_to_all(inner * ACTIVATION_BYTES, outer * ACTIVATION_BYTES, n1, n2, hw,
+                               "bulk" if bulk else "combine")
+    return disp, comb
+
+
+def expert_all_to_all_time(system, *, ranks: int, tokens_per_rank: float = 128, hidden: int = 7168,
+                           experts_per_token: int = 8, collective: str = "dispatch", prefill: bool = False,
+                           dispatch_bytes: float = 1.0) -> float:
+    """Seconds of one expert dispatch or combine as snlab prices it, in the setting of
+    the published microbenchmarks: ``ranks`` ranks (dies of a multi-die package count
+    one each) sending ``tokens_per_rank`` tokens of ``hidden`` elements to
+    ``experts_per_token`` experts; dispatch in ``dispatch_bytes`` bytes per element
+    (8-bit by default), combine in 16-bit. ``prefill`` picks the high-throughput kernels.
+
+    DeepEP's tables (128 tokens, 7168 hidden, top-8) and Zuo et al.'s Sec. 5 comparison
+    use exactly this setting, so this is how the presets' kernel efficiencies are checked
+    against them (tests/test_serving_microbench.py).
+    """
+    from .errors import SnlabError
+    from .hardware import hardware
+    from .presets import system as load_system
+    if collective not in ("dispatch", "combine"):
+        raise SnlabError("collective", f"got {collective!r}", "dispatch, combine")
+    hw = hardware(load_system(system))
+    devices = ranks / hw.dies
+    q_dispatch = 1.0 if dispatch_bytes <= 1 else ACTIVATION_BYTES   # 8-bit, else 16-bit
+    disp, comb = expert_calls(tokens_per_rank * hw.dies, experts_per_token, hidden, np.asarray(float(devices)),
+                              q_dispatch, hw, prefill)
+    return float(disp if collective == "dispatch" else comb)

@@ -1,0 +1,332 @@
+"""Reading presets: TOML files into frozen, validated devices, systems and models.
+
+A number is written ``"80 GB"`` (value and unit), as a bare number (counts and
+fractions only), or as ``{ value = 80, unit = "GB", source = "...", where = "...",
+convention = "...", note = "..." }``. A table's ``source``, ``where``, ``convention``
+and ``note`` apply to the numbers in it that do not set their own. Every number must
+have a source. Validation happens on load; errors name the field and the allowed range.
+Only regular files of at most :data:`MAX_BYTES` are read, as UTF-8.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Union
+
+from .. import schema
+from ..errors import SnlabError, UnknownPresetError
+from ..specs import (MLA, Device, FrozenMap, HostLink, Level, MemoryPool, Model, MoE, Provenance,
+                     Storage, System, validate)
+from ..units import parse_quantity, to_si
+
+DATA = Path(__file__).parent / "data"
+KINDS = ("device", "system", "model")
+#: the largest preset file read (the shipped ones are under 10 kB)
+MAX_BYTES = 1_000_000
+#: how deep systems may refer to device files that refer to ... (a loop is an error)
+MAX_DEPTH = 4
+
+PresetLike = Union[str, Path, Device, System, Model]
+
+
+# --- reading numbers ------------------------------------------------------------------
+
+def _number(raw: Any, dimension: str, field: str, defaults: dict) -> tuple[float, Provenance]:
+    unit_dim = {"count": "count", "count0": "count"}.get(dimension, dimension)
+    meta = {k: defaults.get(k, "") for k in schema.META}
+    if isinstance(raw, dict):
+        unknown = set(raw) - {"value", "unit", *schema.META}
+        if unknown:
+            raise SnlabError(field, f"unknown key {sorted(unknown)[0]!r}",
+                             "value, unit, source, where, convention, note")
+        if "value" not in raw:
+            raise SnlabError(field, "inline table without 'value'", "{ value = ..., unit = ... }")
+        meta.update({k: str(raw[k]) for k in schema.META if k in raw})
+        value, unit = raw["value"], str(raw.get("unit", ""))
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SnlabError(field, f"value {value!r} is not a number", "a finite number")
+        si = to_si(value, unit, unit_dim, field)
+    elif isinstance(raw, str):
+        si, value, unit = parse_quantity(raw, unit_dim, field)
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        if unit_dim not in ("1", "count"):
+            raise SnlabError(field, f"{raw!r} has no unit", f"a quantity with a unit of {dimension}, e.g. '80 GB'")
+        si, value, unit = float(raw), raw, ""
+    else:
+        raise SnlabError(field, f"cannot read {raw!r}", f"a number with a unit of {dimension}")
+    schema.check_range(si, dimension, field)
+    if not meta["source"].strip():
+        raise SnlabError(field, "has no source", "source = '<bibliography key or citation>' "
+                         "on the number or its table")
+    return si, Provenance(value, unit, meta["source"], meta["where"], meta["convention"], meta["note"])
+
+
+def _section(doc: dict, section: str, spec, where: str, defaults: dict, prov: dict,
+             strings: tuple = ()) -> dict[str, float]:
+    table = doc if section == "" else doc.get(section, {})
+    if not isinstance(table, dict):
+        raise SnlabError(f"{where}.{section}", "must be a table", f"[{section}]")
+    label = where if section == "" else f"{where}.{section}"
+    local = dict(defaults)
+    local.update({k: table[k] for k in schema.META if k in table and isinstance(table[k], str)})
+    known = {name for name, _, _ in spec} | set(schema.META) | set(strings)
+    unknown = [k for k in table if k not in known]
+    if unknown:
+        raise SnlabError(f"{label}.{unknown[0]}", "unknown field",
+                         ", ".join(sorted(n for n, _, _ in spec) + sorted(strings)))
+    out = {}
+    for name, dimension, required in spec:
+        if name not in table:
+            if required:
+                raise SnlabError(f"{label}.{name}", "missing", schema.describe(dimension))
+            continue
+        value, p = _number(table[name], dimension, f"{label}.{name}", local)
+        out[name] = int(value) if dimension in ("count", "count0") else value
+        prov[name if section == "" else f"{section}.{name}"] = p
+    return out
+
+
+def _string(doc: dict, key: str, where: str, required: bool = True, default: str = "") -> str:
+    value = doc.get(key, default)
+    if required and key not in doc:
+        raise SnlabError(f"{where}.{key}", "missing", "a string")
+    if not isinstance(value, str):
+        raise SnlabError(f"{where}.{key}", f"got {value!r}", "a string")
+    return value
+
+
+def _flag(doc: dict, key: str, where: str) -> bool:
+    value = doc.get(key, False)
+    if not isinstance(value, bool):
+        raise SnlabError(f"{where}.{key}", f"got {value!r}", "true or false")
+    return value
+
+
+# --- building objects -------------------------------------------------------------------
+
+def _top_defaults(doc: dict) -> dict:
+    return {k: doc[k] for k in schema.META if isinstance(doc.get(k), str)}
+
+
+def _build(doc: dict, where: str, base: Path | None = None, depth: int = 0):
+    kind = doc.get("kind")
+    if kind not in KINDS:
+        raise SnlabError(f"{where}.kind", f"got {kind!r}", ", ".join(KINDS))
+    return {"device": _device, "system": _system, "model": _model}[kind](doc, where, base, depth)
+
+
+def _device(doc: dict, where: str, base=None, depth: int = 0) -> Device:
+    prov: dict = {}
+    top = _top_defaults(doc)
+    head = _section(doc, "", schema.DEVICE[""], where, top, prov, schema.STRINGS["device"][""])
+    compute = _section(doc, "compute", schema.DEVICE["compute"], where, top, prov)
+    memory = _section(doc, "memory", schema.DEVICE["memory"], where, top, prov)
+    cal = _section(doc, "calibration", schema.DEVICE["calibration"], where, top, prov)
+    return Device(
+        name=_string(doc, "name", where), description=_string(doc, "description", where, False),
+        vendor=_string(doc, "vendor", where, False),
+        peak_flops=FrozenMap({p: compute[p] for p in schema.PRECISIONS if p in compute}),
+        hbm_capacity=memory["hbm_capacity"], hbm_bandwidth=memory["hbm_bandwidth"],
+        gemm_efficiency=cal["gemm_efficiency"], memory_efficiency=cal["memory_efficiency"],
+        sustained_clock=cal.get("sustained_clock", 1.0), dies=head.get("dies", 1),
+        decode_attention_efficiency=cal.get("decode_attention_efficiency", 0.0),
+        provenance=MappingProxyType(prov))
+
+
+def _system(doc: dict, where: str, base: Path | None = None, depth: int = 0) -> System:
+    prov: dict = {}
+    top = _top_defaults(doc)
+    raw_device = doc.get("device")
+    if isinstance(raw_device, dict):
+        device = _device({"kind": "device", **raw_device}, f"{where}.device")
+        doc = {k: v for k, v in doc.items() if k != "device"}
+        doc["device"] = device.name
+    elif isinstance(raw_device, str):
+        ref = raw_device
+        if base is not None and looks_like_path(ref) and not Path(ref).is_absolute():
+            ref = str(base / ref)
+        if depth >= MAX_DEPTH:
+            raise SnlabError(f"{where}.device", f"{raw_device!r} leads back to a system file",
+                             "a device preset name, a path to a device file, or a [device] table")
+        device = _load("device", ref, depth + 1)
+    else:
+        raise SnlabError(f"{where}.device", "missing", "a device preset name, a path, or a [device] table")
+    top_vals = _section(doc, "", schema.SYSTEM[""], where, top, prov, schema.STRINGS["system"][""])
+    levels = {}
+    for part in ("scale_up", "scale_out", "host", "pool", "storage"):
+        if part not in doc:
+            if part in schema.OPTIONAL_SECTIONS:
+                continue
+            raise SnlabError(f"{where}.{part}", "missing section", f"[{part}] with "
+                             + ", ".join(n for n, _, _ in schema.SYSTEM[part]))
+        vals = _section(doc, part, schema.SYSTEM[part], where, top, prov, ("technology",))
+        vals["technology"] = _string(doc[part], "technology", f"{where}.{part}", False)
+        levels[part] = vals
+    up = levels["scale_up"]
+    system = System(
+        name=_string(doc, "name", where), description=_string(doc, "description", where, False),
+        device=device, devices_per_node=top_vals["devices_per_node"],
+        max_devices=top_vals.get("max_devices"),
+        scale_up=Level(**up),
+        scale_out=Level(**levels["scale_out"]),
+        host=HostLink(**levels["host"]),
+        pool=MemoryPool(**levels["pool"]) if "pool" in levels else None,
+        storage=Storage(**levels["storage"]) if "storage" in levels else None,
+        provenance=MappingProxyType(prov))
+    validate(system)
+    return system
+
+
+def _model(doc: dict, where: str, base=None, depth: int = 0) -> Model:
+    prov: dict = {}
+    top = _top_defaults(doc)
+    vals = _section(doc, "", schema.MODEL[""], where, top, prov, schema.STRINGS["model"][""])
+    norm = _string(doc, "norm", where, False, "rmsnorm")
+    if norm not in ("layernorm", "rmsnorm"):
+        raise SnlabError(f"{where}.norm", f"got {norm!r}", "layernorm, rmsnorm")
+    parts = {}
+    for part, cls in (("moe", MoE), ("mla", MLA)):
+        if part in doc:
+            parts[part] = cls(**_section(doc, part, schema.MODEL[part], where, top, prov))
+    heads = vals["heads"]
+    if "head_dim" not in vals and vals["hidden_size"] % heads:
+        raise SnlabError(f"{where}.head_dim", "missing, and hidden_size is not a multiple of heads",
+                         "a whole number; default hidden_size / heads")
+    model = Model(
+        name=_string(doc, "name", where), description=_string(doc, "description", where, False),
+        layers=vals["layers"], hidden_size=vals["hidden_size"], heads=heads,
+        kv_heads=vals.get("kv_heads", heads),
+        head_dim=vals.get("head_dim", vals["hidden_size"] // heads),
+        ffn_hidden_size=vals["ffn_hidden_size"], vocab_size=vals["vocab_size"],
+        seq_len=vals["seq_len"], norm=norm,
+        **{k: _flag(doc, k, where) for k in schema.MODEL_FLAGS},
+        moe=parts.get("moe"), mla=parts.get("mla"), provenance=MappingProxyType(prov))
+    validate(model)
+    return model
+
+
+# --- public API ---------------------------------------------------------------------------
+
+def looks_like_path(text: str) -> bool:
+    """Whether a preset argument is a file path rather than a shipped name."""
+    return text.endswith(".toml") or "/" in text or "\\" in text
+
+
+@lru_cache(maxsize=None)
+def _names(kind: str) -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in (DATA / f"{kind}s").glob("*.toml")))
+
+
+def names(kind: str) -> list[str]:
+    """Shipped preset names of one kind, sorted."""
+    _check_kind(kind)
+    return list(_names(kind))
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise SnlabError("kind", f"got {kind!r}", ", ".join(KINDS))
+
+
+def read_toml(path: Path, label: str) -> dict:
+    """Parse a TOML file: a regular file of at most :data:`MAX_BYTES`, in UTF-8. Every
+    problem (a syntax error with its line and column, another encoding, a device file
+    or a pipe, a file too large) is a :class:`SnlabError` naming the file."""
+    allowed = "a readable UTF-8 .toml file, see 'snlab presets show NAME --toml'"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise SnlabError(label, "is not a regular file", allowed)
+            if info.st_size > MAX_BYTES:
+                raise SnlabError(label, f"is {info.st_size:,} bytes, larger than a preset can be",
+                                 f"a TOML file of at most {MAX_BYTES:,} bytes")
+            raw = fh.read(MAX_BYTES + 1)
+        return tomllib.loads(raw.decode("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise SnlabError(label, f"malformed TOML: {exc}", allowed) from None
+    except UnicodeDecodeError as exc:
+        raise SnlabError(label, f"not UTF-8 text (byte {exc.start})", allowed) from None
+    except OSError as exc:
+        raise SnlabError(label, f"cannot read file: {exc.strerror}", allowed) from None
+
+
+@lru_cache(maxsize=None)
+def shipped(kind: str, name: str):
+    """The shipped preset ``name`` of ``kind``, read once and kept."""
+    path = DATA / f"{kind}s" / f"{name}.toml"
+    obj = _build(read_toml(path, name), name, path.parent)
+    if obj.kind != kind or obj.name != name:
+        raise SnlabError(f"{name}.name", f"file declares {obj.kind} {obj.name!r}", f"{kind} {name!r}")
+    return obj
+
+
+def load(kind: str, spec: PresetLike):
+    """A preset object from an object, a shipped name, or a TOML path.
+
+    Raises :class:`UnknownPresetError` listing the valid names for anything else.
+    """
+    return _load(kind, spec, 0)
+
+
+def _load(kind: str, spec: PresetLike, depth: int):
+    _check_kind(kind)
+    cls = {"device": Device, "system": System, "model": Model}[kind]
+    if isinstance(spec, cls):
+        return spec
+    if isinstance(spec, (Device, System, Model)):
+        raise SnlabError(kind, f"got a {spec.kind} ({spec.name})", f"a {kind}")
+    if not isinstance(spec, (str, Path)):
+        raise SnlabError(kind, f"got {type(spec).__name__}", f"a {kind} name, a path to a .toml file, or a {cls.__name__}")
+    text = str(spec)
+    if isinstance(spec, str) and not looks_like_path(text):
+        if text in _names(kind):
+            return shipped(kind, text)
+        if not Path(text).exists():
+            raise UnknownPresetError(kind, text, names(kind))
+    path = Path(text)
+    if not path.exists():
+        raise UnknownPresetError(kind, text, names(kind))
+    obj = _build(read_toml(path, text), path.name, path.parent, depth)
+    if obj.kind != kind:
+        raise SnlabError(f"{text}.kind", f"is a {obj.kind}", f"a {kind} file")
+    return obj
+
+
+def device(spec: PresetLike) -> Device:
+    """A :class:`Device` from a name (``"h100-sxm-80gb"``), a TOML path, or an object."""
+    return load("device", spec)
+
+
+def system(spec: PresetLike) -> System:
+    """A :class:`System` from a name (``"cloudmatrix384"``), a TOML path, or an object."""
+    return load("system", spec)
+
+
+def model(spec: PresetLike) -> Model:
+    """A :class:`Model` from a name (``"llama3-70b"``), a TOML path, or an object."""
+    return load("model", spec)
+
+
+@lru_cache(maxsize=None)
+def bibliography() -> dict[str, dict]:
+    """The shipped sources, by key: title, url, authors, year."""
+    return read_toml(DATA / "sources.toml", "sources.toml")
+
+
+def catalog() -> list[dict]:
+    """Every shipped preset: kind, name, description."""
+    rows = []
+    for kind in KINDS:
+        for name in names(kind):
+            obj = load(kind, name)
+            rows.append({"kind": kind, "name": name, "description": obj.description})
+    return rows
+
+

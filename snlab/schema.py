@@ -1,0 +1,137 @@
+"""The preset schema: which fields a device, system or model has, in which dimension,
+and the range each may take.
+
+Both the TOML loader (:mod:`snlab.presets`) and the frozen objects
+(:mod:`snlab.specs`, when a field is changed with ``replace``) check values here, so a
+value is held to the same range wherever it comes from. Ranges are physical: a
+fraction lies in (0, 1], a count is a whole number that fits a computer's integers
+(at most 10^9), a latency lies in [0, 1] s, and no capacity, bandwidth or peak is
+larger than any hardware has (limits below).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import SnlabError
+
+PRECISIONS = ("bf16", "fp16", "fp8", "int8", "fp4")
+META = ("source", "where", "convention", "note")
+
+#: largest value of each physical dimension a preset may hold: ten times beyond any
+#: system of 2026 (a 384-device domain pools 49 TB; GB200 moves 8 TB/s of HBM and
+#: 900 GB/s of NVLink per GPU; its FP4 peak is 10 PFLOP/s)
+UPPER = {"bytes": 1e16, "bytes0": 1e16, "bytes/s": 1e15, "FLOP/s": 1e18, "s": 1.0, "count": 1e9, "count0": 1e9}
+
+# (field, dimension, required) per section; dimension "1" is a fraction in (0, 1],
+# "count" a whole number >= 1, "count0" a whole number >= 0, others physical units.
+DEVICE = {
+    "": [("dies", "count", False)],
+    "compute": [(p, "FLOP/s", p == "bf16") for p in PRECISIONS],
+    "memory": [("hbm_capacity", "bytes", True), ("hbm_bandwidth", "bytes/s", True)],
+    "calibration": [("gemm_efficiency", "1", True), ("memory_efficiency", "1", True),
+                    ("sustained_clock", "1", False), ("decode_attention_efficiency", "1", False)],
+}
+LEVEL = [("bandwidth", "bytes/s", True), ("latency", "s", True), ("efficiency", "1", True),
+         ("call_latency", "s", False), ("ep_dispatch_efficiency", "1", False),
+         ("ep_combine_efficiency", "1", False), ("ep_bulk_efficiency", "1", False)]
+SYSTEM = {
+    "": [("devices_per_node", "count", True), ("max_devices", "count", False)],
+    "scale_up": [("domain_size", "count", True)] + LEVEL,
+    "scale_out": LEVEL,
+    "host": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes", True)],
+    "pool": [("capacity", "bytes", True), ("bandwidth", "bytes/s", True), ("latency", "s", True)],
+    "storage": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes", True)],
+}
+OPTIONAL_SECTIONS = {"pool", "storage", "moe", "mla"}
+MODEL = {
+    "": [("layers", "count", True), ("hidden_size", "count", True), ("heads", "count", True),
+         ("kv_heads", "count", False), ("head_dim", "count", False),
+         ("ffn_hidden_size", "count", True), ("vocab_size", "count", True),
+         ("seq_len", "count", True)],
+    "moe": [("experts", "count", True), ("experts_per_token", "count", True),
+            ("expert_ffn_hidden_size", "count", True), ("shared_experts", "count0", False),
+            ("dense_layers", "count0", False)],
+    "mla": [("kv_lora_rank", "count", True), ("qk_nope_head_dim", "count", True),
+            ("qk_rope_head_dim", "count", True), ("v_head_dim", "count", True),
+            ("q_lora_rank", "count0", False)],
+}
+MODEL_FLAGS = ("gated_mlp", "biases", "tied_embeddings", "learned_positions")
+STRINGS = {"device": {"": ("name", "kind", "description", "vendor", "compute", "memory", "calibration")},
+           "system": {"": ("name", "kind", "description", "device", "scale_up", "scale_out", "host",
+                           "pool", "storage"),
+                      **{s: ("technology",) for s in ("scale_up", "scale_out", "host", "pool", "storage")}},
+           "model": {"": ("name", "kind", "description", "norm", "moe", "mla") + MODEL_FLAGS}}
+TABLES = {"device": DEVICE, "system": SYSTEM, "model": MODEL}
+
+_SI = {"bytes": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
+
+
+def describe(dimension: str) -> str:
+    """What a field of ``dimension`` accepts, in words."""
+    top = UPPER.get(dimension, float("inf"))
+    fixed = {"1": "a fraction in (0, 1]", "fraction0": "a fraction in [0, 1] (0: not measured)",
+             "s": "a time from 0 to 1 s, e.g. '2 us'"}
+    if dimension in fixed:
+        return fixed[dimension]
+    if dimension in ("count", "count0"):
+        return f"a whole number from {1 if dimension == 'count' else 0} to {top:.0e}"
+    if dimension == "bytes0":
+        return f"a capacity from 0 to {top:g} B (0: none)"
+    return f"a quantity > 0 and <= {top:g} {_SI.get(dimension, dimension)}, in a unit of {dimension}"
+
+
+def check_range(x, dimension: str, field: str) -> None:
+    """Raise :class:`SnlabError` naming ``field`` unless ``x`` lies in the range of ``dimension``."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise SnlabError(field, f"got {x!r}", describe(dimension))
+    if not math.isfinite(x):
+        raise SnlabError(field, f"got {x!r}", "a finite number: " + describe(dimension))
+    top = UPPER.get(dimension, math.inf)
+    if dimension == "1":
+        ok = 0 < x <= 1
+    elif dimension == "fraction0":
+        ok = 0 <= x <= 1
+    elif dimension in ("count", "count0"):
+        ok = x == int(x) and (1 if dimension == "count" else 0) <= x <= top
+    elif dimension in ("s", "bytes0"):
+        ok = 0 <= x <= top
+    else:
+        ok = 0 < x <= top
+    if not ok:
+        raise SnlabError(field, f"got {x:g}", describe(dimension))
+
+
+def check_values(values, dimension: str, field: str) -> None:
+    """:func:`check_range` for every value of a numpy array, vectorised: the first value
+    out of range raises."""
+    import numpy as np
+    x = np.asarray(values, dtype=float)
+    top = UPPER.get(dimension, math.inf)
+    low_ok = {"1": x > 0, "fraction0": x >= 0, "s": x >= 0, "bytes0": x >= 0,
+              "count": x >= 1, "count0": x >= 0}.get(dimension, x > 0)
+    high = 1.0 if dimension in ("1", "fraction0") else top
+    ok = np.isfinite(x) & low_ok & (x <= high)
+    if dimension in ("count", "count0"):
+        ok &= x == np.round(x)
+    if not ok.all():
+        check_range(float(x[~ok].ravel()[0]), dimension, field)
+
+
+def si_unit(key: str) -> str:
+    """The SI unit symbol of a provenance key such as ``"scale_up.bandwidth"``."""
+    section, _, field = key.rpartition(".")
+    for table in TABLES.values():
+        for name, dimension, _ in table.get(section, []):
+            if name == field:
+                return _SI.get(dimension, "")
+    return ""
+
+
+def dimension_of(kind: str, key: str) -> str | None:
+    """The dimension of a field ``"section.field"`` (or ``"field"``) of a preset kind."""
+    section, _, field = key.rpartition(".")
+    for name, dimension, _ in TABLES[kind].get(section, []):
+        if name == field:
+            return dimension
+    return None

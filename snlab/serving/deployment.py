@@ -1,0 +1,134 @@
+"""Serving deployments: parallel degrees, batch, lengths, precisions, as arrays.
+
+Names people type (``weight_dtype="fp8"``, ``kv_offload="hbm"``) become numbers here, in
+one place; the rules a deployment must obey are checked row by row, so that
+:func:`snlab.serve` raises the first broken one and :func:`snlab.serve_sweep` flags each
+row with its reason instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..grid import first_broken, whole
+from ..hardware import DTYPE_BYTES
+
+#: output-length distributions for the static-batching comparison
+OUTPUT_DISTS = ("fixed", "uniform", "exponential")
+KV_OFFLOAD = {"hbm": 0, "auto": 1}
+#: deployment fields and their defaults (None: required, or derived). hbm_utilization 0.9 is
+#: vLLM's default gpu_memory_utilization: the rest of HBM is left to activations, CUDA
+#: graphs and the allocator. ep_overlap 0: the all-to-all is counted in full (see
+#: snlab/validation/serving_runs.toml for what that does against published runs).
+DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, batch=1, prompt_len=None, output_len=None, context=None,
+                weight_dtype="bf16", kv_dtype="bf16", draft_tokens=0, acceptance=0.7, microbatches=1, ep_overlap=0.0,
+                prefill_batch=1, hbm_utilization=0.9, pool_share=1.0, kv_offload="auto",
+                output_dist="exponential")
+NUMERIC = ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context", "draft_tokens", "acceptance",
+           "microbatches", "ep_overlap", "prefill_batch", "hbm_utilization", "pool_share")
+ALLOWED = dict(
+    tp="a whole number >= 1 dividing the attention heads", pp="a whole number from 1 to the number of layers",
+    dp="a whole number >= 1 (model replicas; data-parallel attention)",
+    ep="a whole number dividing tp x dp that divides tp or is a multiple of it (1 for dense models)",
+    batch="a multiple of dp (sequences in flight across the deployment)",
+    prompt_len="a whole number of tokens >= 1", output_len="a whole number of tokens >= 1",
+    context="a whole number of tokens >= 1 (KV length per sequence while decoding)",
+    weight_dtype=", ".join(DTYPE_BYTES), kv_dtype=", ".join(DTYPE_BYTES),
+    draft_tokens="a whole number >= 0", acceptance="a probability in [0, 1]",
+    microbatches="1, or 2 for two-batch overlap",
+    ep_overlap="a fraction in [0, 1] of the expert all-to-all hidden behind compute (needs microbatches = 2)",
+    prefill_batch="a whole number of prompts >= 1",
+    hbm_utilization="a fraction in (0, 1] (vLLM's gpu_memory_utilization)",
+    pool_share="a fraction in [0, 1] of the free pool this deployment may use",
+    kv_offload="auto (spill to pool, host, SSD) or hbm", output_dist=", ".join(OUTPUT_DISTS),
+)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A grid of serving deployments: each field a number or an array. Choices are
+    codes (``weight_dtype`` and ``kv_dtype`` index :data:`DTYPE_BYTES`, ``kv_offload``
+    0 hbm / 1 auto, ``output_dist`` indexes :data:`OUTPUT_DISTS`); ``weight_bytes`` and
+    ``kv_bytes`` are bytes per element; ``context`` the KV length a decode step reads,
+    ``capacity_context`` the one the KV cache must hold; ``gemm_ratio`` the dense peak
+    at the weight precision over the bf16 peak."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    ep: np.ndarray
+    batch: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    context: np.ndarray
+    capacity_context: np.ndarray
+    weight_dtype: np.ndarray
+    kv_dtype: np.ndarray
+    weight_bytes: np.ndarray
+    kv_bytes: np.ndarray
+    gemm_ratio: np.ndarray
+    draft_tokens: np.ndarray
+    acceptance: np.ndarray
+    microbatches: np.ndarray
+    ep_overlap: np.ndarray
+    prefill_batch: np.ndarray
+    hbm_utilization: np.ndarray
+    pool_share: np.ndarray
+    kv_offload: np.ndarray
+    output_dist: np.ndarray
+
+    @property
+    def devices(self):
+        return self.tp * self.pp * self.dp
+
+
+# Rules, in the order they are reported; violations() returns the first broken one per row.
+RULES = (
+    ("tp", "tensor-parallel degree tp must be a whole number >= 1 that divides the attention heads"),
+    ("tp", "tensor-parallel degree tp must divide the key/value heads, or be a multiple of them"),
+    ("pp", "pipeline degree pp must be a whole number from 1 to the number of layers"),
+    ("dp", "data-parallel degree dp must be a whole number >= 1"),
+    ("batch", "batch (sequences in flight) must be a whole multiple of dp"),
+    ("ep", "expert-parallel degree ep must divide tp x dp and divide tp or be a multiple of it (1 for dense models)"),
+    ("draft_tokens", "draft_tokens must be a whole number >= 0"),
+    ("acceptance", "acceptance must be a probability in [0, 1]"),
+    ("prompt_len", "prompt_len must be a whole number of tokens >= 1"),
+    ("output_len", "output_len must be a whole number of tokens >= 1"),
+    ("context", "context must be a whole number of tokens >= 1"),
+    ("microbatches", "microbatches must be 1 or 2"),
+    ("prefill_batch", "prefill_batch must be a whole number of prompts >= 1"),
+    ("hbm_utilization", "hbm_utilization must be a fraction in (0, 1]"),
+    ("pool_share", "pool_share must be a fraction in [0, 1]"),
+    ("ep_overlap", "ep_overlap must be a fraction in [0, 1]"),
+    ("devices", "tp x pp x dp exceeds the system's devices"),
+)
+REASONS = ("ok",) + tuple(m for _, m in RULES) + ("weights do not fit in HBM",
+                                                   "KV cache does not fit in any memory tier")
+
+
+def violations(model, system, dep: Deployment) -> np.ndarray:
+    """Index into :data:`RULES` of the first rule each row breaks, or -1."""
+    t, p, d, e = dep.tp, dep.pp, dep.dp, dep.ep
+    experts = model.moe.experts if model.moe else 0
+    safe_t = np.maximum(np.round(t), 1)
+    safe_e = np.maximum(np.round(e), 1)
+    return first_broken([
+        ~whole(t) | (model.heads % safe_t != 0),
+        (model.kv_heads % safe_t != 0) & (safe_t % model.kv_heads != 0),
+        ~whole(p) | (p > model.layers),
+        ~whole(d),
+        ((dep.batch % np.maximum(d, 1)) != 0) | (dep.batch < d),
+        ~whole(e) | (((safe_t * d) % safe_e) != 0) | ((safe_e % safe_t != 0) & (safe_t % safe_e != 0))
+        | ((experts == 0) & (e != 1)),
+        (dep.draft_tokens != np.round(dep.draft_tokens)) | (dep.draft_tokens < 0),
+        (dep.acceptance < 0) | (dep.acceptance > 1),
+        ~whole(dep.prompt_len), ~whole(dep.output_len), ~whole(dep.context),
+        (dep.microbatches != 1) & (dep.microbatches != 2),
+        ~whole(dep.prefill_batch),
+        (dep.hbm_utilization <= 0) | (dep.hbm_utilization > 1),
+        (dep.pool_share < 0) | (dep.pool_share > 1),
+        (dep.ep_overlap < 0) | (dep.ep_overlap > 1),
+        (t * p * d > system.max_devices) if system.max_devices else np.zeros(np.shape(t), dtype=bool),
+    ])

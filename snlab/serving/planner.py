@@ -1,0 +1,236 @@
+"""Serving planners: ``serve`` (one deployment), ``serve_sweep`` (a grid) and
+``serve_best`` (the batch with the best throughput under a latency target).
+
+All three build a grid of deployments (:mod:`snlab.grid`) and evaluate it with one
+call of :func:`snlab.serving.step.serve_columns`; ``serve`` is a grid of one row.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .. import grid
+from ..errors import SnlabError
+from ..hardware import DTYPE_BYTES, FIELDS, field_dimension, hardware
+from ..presets import PresetLike
+from ..presets import model as load_model
+from ..presets import system as load_system
+from ..specs import Model, System
+from ..units import parse_quantity
+from . import deployment as dp_
+from .result import ServeResult
+from .step import KV_LOCATIONS, serve_columns
+
+#: system fields a serving sweep may vary (SI units)
+SYSTEM_FIELDS = FIELDS
+_DTYPES = list(DTYPE_BYTES)
+
+
+def _axes(axes: dict) -> tuple[dict, dict]:
+    """Each deployment field and each swept system field as a numeric axis."""
+    merged = {**dp_.DEFAULTS, **axes}
+    for name in ("prompt_len", "output_len"):
+        if merged[name] is None:
+            raise SnlabError(name, "missing", dp_.ALLOWED[name])
+    columns: dict[str, np.ndarray] = {}
+    for name in dp_.DEFAULTS:
+        values = grid.axis_values(name, merged[name])
+        if name == "context":
+            columns[name] = np.asarray([np.nan if v is None else grid.numbers(name, [v], dp_.ALLOWED[name])[0]
+                                        for v in values])
+        elif name in dp_.NUMERIC:
+            columns[name] = grid.numbers(name, values, dp_.ALLOWED[name])
+        elif name in ("weight_dtype", "kv_dtype"):
+            columns[name] = grid.coded(name, values, {d: i for i, d in enumerate(_DTYPES)}, dp_.ALLOWED[name])
+        elif name == "kv_offload":
+            columns[name] = grid.coded(name, values, dp_.KV_OFFLOAD, dp_.ALLOWED[name])
+        elif name == "output_dist":
+            columns[name] = grid.coded(name, values, {d: i for i, d in enumerate(dp_.OUTPUT_DISTS)},
+                                       dp_.ALLOWED[name])
+    hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]), "a " + field_dimension(name) + " value",
+                                  field_dimension(name))
+               for name in SYSTEM_FIELDS if name in axes}
+    return columns, hw_axes
+
+
+def _grid(model: Model, system: System, axes: dict):
+    """The Cartesian product of the axes as an open grid: (deployment, hardware, columns)."""
+    grid.unknown_fields(axes, tuple(dp_.DEFAULTS) + SYSTEM_FIELDS, "deployment or system")
+    columns, hw_axes = _axes(axes)
+    grid.check_size({**columns, **hw_axes})
+    arrays = grid.open_grid({**columns, **{f"hw:{k}": v for k, v in hw_axes.items()}})
+    g = {n: a for n, a in arrays.items() if not n.startswith("hw:")}
+    weight_bytes = np.asarray([DTYPE_BYTES[d] for d in _DTYPES])
+    hw = hardware(system)
+    if hw_axes:
+        changes = {n[3:]: a for n, a in arrays.items() if n.startswith("hw:")}
+        if "pool_capacity" in changes and "pool_domain_capacity" not in changes:   # per device -> per domain
+            changes["pool_domain_capacity"] = changes["pool_capacity"] * changes.get(
+                "scale_up_domain_size", hw.scale_up_domain_size)
+        hw = hw.replace(**changes)
+    given = ~np.isnan(g["context"])
+    wd, kd = g["weight_dtype"].astype(int), g["kv_dtype"].astype(int)
+    ratios = np.asarray([hw.peak_ratio(d) for d in _DTYPES])
+    dep = dp_.Deployment(
+        **{k: g[k] for k in ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "weight_dtype", "kv_dtype",
+                             "draft_tokens", "acceptance", "microbatches", "ep_overlap", "prefill_batch",
+                             "hbm_utilization", "pool_share", "kv_offload", "output_dist")},
+        context=np.where(given, g["context"], g["prompt_len"] + np.floor(g["output_len"] / 2)),
+        capacity_context=np.where(given, g["context"], g["prompt_len"] + g["output_len"]),
+        weight_bytes=weight_bytes[wd], kv_bytes=weight_bytes[kd], gemm_ratio=ratios[wd])
+    return dep, hw, {k: getattr(hw, k) for k in hw_axes}
+
+
+def evaluate(model: Model, system: System, axes: dict):
+    """Deployment columns, swept hardware, rule violations and output columns for
+    ``axes``, each laid out flat, one row per deployment."""
+    dep, hw, hw_cols = _grid(model, system, axes)
+    broken = dp_.violations(model, system, dep)
+    with np.errstate(all="ignore"):
+        out = serve_columns(model, dep, hw)
+    cols = {f: getattr(dep, f) for f in dp_.Deployment.__dataclass_fields__}
+    shape = grid.grid_shape(broken, cols, hw_cols)
+    broken = np.broadcast_to(broken, shape).ravel()
+    ok = broken < 0
+    out = {k: (v & ok if v.dtype == bool else np.where(ok, v, np.nan))
+           for k, v in grid.flatten({k: np.asarray(v) for k, v in out.items()}, shape).items()}
+    return grid.flatten(cols, shape), grid.flatten(hw_cols, shape), broken, out
+
+
+def reason_codes(broken: np.ndarray, out: dict) -> np.ndarray:
+    """Index into :data:`~snlab.serving.deployment.REASONS` per row."""
+    code = np.where(broken < 0, 0, broken + 1).astype(np.int64)
+    valid = broken < 0
+    fits_weights, fits = out["fits_weights"].astype(bool), out["fits"].astype(bool)
+    code = np.where(valid & ~fits_weights, len(dp_.RULES) + 1, code)
+    return np.where(valid & fits_weights & ~fits, len(dp_.RULES) + 2, code)
+
+
+def _resolve(model: PresetLike, system: PresetLike) -> tuple[Model, System]:
+    return load_model(model), load_system(system)
+
+
+def serve(model: PresetLike, system: PresetLike, **deployment) -> ServeResult:
+    """Time to first token, time per output token, throughput, KV-cache placement and
+    the limits of one deployment.
+
+    Parameters
+    ----------
+    model, system : preset name, path to a TOML file, or a preset object.
+    **deployment : tp, pp, dp, ep (parallel degrees; devices = tp x pp x dp), batch
+        (sequences in flight across the deployment), prompt_len, output_len [tokens],
+        context [tokens] (KV length while decoding; default prompt + output/2 for time
+        and prompt + output for capacity), weight_dtype and kv_dtype (bf16, fp16, fp8,
+        int8, fp4), draft_tokens and acceptance (speculative decoding / MTP),
+        microbatches (2 for two-batch overlap), prefill_batch (prompts per prefill pass
+        per replica), hbm_utilization, pool_share, kv_offload (auto or hbm),
+        output_dist (fixed, uniform, exponential); and system fields such as
+        ``hbm_bandwidth`` to change the system for this run.
+    """
+    m, s = _resolve(model, system)
+    for name, value in deployment.items():
+        if isinstance(value, (list, tuple, np.ndarray, range)):
+            raise SnlabError(name, "got a list", "one value; use snlab.serve_sweep for grids")
+    g, hw, broken, out = evaluate(m, s, deployment)
+    if broken[0] >= 0:
+        field, message = dp_.RULES[int(broken[0])]
+        raise SnlabError(field, _detail(field, m, s, g), message)
+    row = {k: float(np.asarray(v).ravel()[0]) for k, v in out.items()}
+    return ServeResult.from_row(m, s, {k: float(v[0]) for k, v in g.items()}, row)
+
+
+def _detail(field: str, m: Model, s: System, g: dict) -> str:
+    x = {k: (int(v[0]) if float(v[0]).is_integer() else float(v[0])) for k, v in g.items()}
+    details = {
+        "tp": f"tp={x['tp']} with {m.heads} heads and {m.kv_heads} key/value heads",
+        "pp": f"pp={x['pp']} with {m.layers} layers",
+        "batch": f"batch={x['batch']}, dp={x['dp']}",
+        "ep": f"ep={x['ep']}, tp={x['tp']}, dp={x['dp']}, experts={m.moe.experts if m.moe else 0}",
+        "devices": f"tp x pp x dp = {x['tp'] * x['pp'] * x['dp']} > {s.max_devices} on {s.name}",
+    }
+    return "broken rule: " + (details[field] if field in details else f"{field}={x[field]}")
+
+
+def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, out: dict):
+    import pandas as pd
+    n = broken.shape[0]
+    zeros = np.zeros(n, dtype=np.int8)
+    data = {"model": pd.Categorical.from_codes(zeros, [model.name]),
+            "system": pd.Categorical.from_codes(zeros, [system.name])}
+    for name in ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context", "draft_tokens",
+                 "microbatches", "prefill_batch"):
+        data[name] = np.where(np.isfinite(g[name]), g[name], 0).astype(np.int64)
+    data["acceptance"] = g["acceptance"]
+    data["weight_dtype"] = pd.Categorical.from_codes(g["weight_dtype"].astype(int), _DTYPES)
+    data["kv_dtype"] = pd.Categorical.from_codes(g["kv_dtype"].astype(int), _DTYPES)
+    data["kv_offload"] = pd.Categorical.from_codes(g["kv_offload"].astype(int), list(dp_.KV_OFFLOAD))
+    data["output_dist"] = pd.Categorical.from_codes(g["output_dist"].astype(int), list(dp_.OUTPUT_DISTS))
+    for key, col in hw.items():       # swept system fields, as columns
+        data[key] = col
+    for key, col in out.items():
+        if key == "kv_location":
+            codes = np.where(np.isfinite(col), col, -1).astype(int)
+            data[key] = pd.Categorical.from_codes(codes, list(KV_LOCATIONS))
+        else:
+            data[key] = np.broadcast_to(col, (n,))
+    data["valid"] = broken < 0
+    data["reason"] = pd.Categorical.from_codes(reason_codes(broken, out), list(dp_.REASONS))
+    wall = np.stack([np.broadcast_to(out[w], (n,)) for w in ("wall_compute_s", "wall_memory_s",
+                                                              "wall_communication_s")])
+    limited = np.argmax(np.nan_to_num(wall, nan=-1.0), axis=0)
+    data["limited_by"] = pd.Categorical.from_codes(np.where(broken < 0, limited, -1),
+                                                   ["compute", "memory", "communication"])
+    return pd.DataFrame(data, copy=False)
+
+
+def serve_sweep(model, system, **axes):
+    """Evaluate the Cartesian product of the axes in one vectorised call.
+
+    Any deployment field (see :func:`serve`) or system field (``hbm_bandwidth``,
+    ``scale_up_latency``, ``pool_bandwidth``, ...; numbers in SI units or strings such as
+    ``"900 GB/s"``) may be a list or array; ``model`` and ``system`` may be lists too.
+    Returns a pandas DataFrame, one row per deployment, units in column names; rows that
+    break a rule or do not fit keep their inputs, carry ``valid``/``fits`` False and the
+    ``reason``.
+    """
+    import pandas as pd
+    frames = []
+    for m_spec, s_spec in itertools.product(grid.axis_values("model", model), grid.axis_values("system", system)):
+        m, s = _resolve(m_spec, s_spec)
+        g, hw, broken, out = evaluate(m, s, axes)
+        frames.append(_frame(m, s, g, hw, broken, out))
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def serve_best(model, system, *, tpot_target: float, max_batch: int | None = None, **deployment) -> ServeResult:
+    """The batch with the most decode tokens per second per device whose time per
+    output token stays within ``tpot_target`` [s] and whose KV cache fits.
+
+    Candidates are multiples of ``dp`` from ``dp`` up to ``max_batch`` (default: the
+    largest batch that fits with every memory tier). Raises :class:`SnlabError` naming
+    ``tpot_target`` when no batch meets it.
+    """
+    m, s = _resolve(model, system)
+    if isinstance(tpot_target, str):
+        tpot_target = parse_quantity(tpot_target, "s", "tpot_target")[0]
+    if not grid.is_number(tpot_target) or not 0 < tpot_target <= 3600:
+        raise SnlabError("tpot_target", f"got {tpot_target!r}", "a time > 0 and at most an hour, e.g. 0.05 or '50 ms'")
+    if max_batch is not None and (not grid.is_number(max_batch) or max_batch != int(max_batch)
+                                  or not 1 <= max_batch <= 1e9):
+        raise SnlabError("max_batch", f"got {max_batch!r}", "a whole number of sequences from 1 to 1e9")
+    deployment.pop("batch", None)
+    first = serve(m, s, **deployment, batch=deployment.get("dp", 1))
+    dp = first.deployment["dp"]
+    top = int(max_batch) if max_batch else max(first.limits["max_batch"], dp)
+    per = np.unique(np.round(np.geomspace(1, max(top // dp, 1), 400)))
+    batches = per * dp
+    g, hw, broken, out = evaluate(m, s, {**deployment, "batch": batches})
+    ok = (broken < 0) & out["fits"].astype(bool) & (out["tpot_s"] <= tpot_target)
+    if not ok.any():
+        fastest = np.nanmin(np.where(broken < 0, out["tpot_s"], np.nan))
+        raise SnlabError("tpot_target", f"no batch meets {tpot_target * 1e3:.3g} ms; the fastest step gives "
+                         f"{fastest * 1e3:.3g} ms per output token", f"a target above {fastest * 1e3:.3g} ms")
+    best = int(np.nanargmax(np.where(ok, out["decode_tokens_per_s_per_device"], -np.inf)))
+    return serve(m, s, **deployment, batch=int(batches[best]))

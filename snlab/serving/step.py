@@ -1,0 +1,456 @@
+"""The serving model as named parts: weights, KV placement, one forward pass, the
+pipeline stage with two-batch overlap, decode, prefill, batching, limits and walls.
+
+Every part is vectorised over a grid of deployments
+(:class:`~snlab.serving.deployment.Deployment`) on one model and one
+:class:`~snlab.hardware.Hardware`; :func:`serve_columns` runs the chain and lays out
+the output columns. A deployment has ``dp`` model replicas ("data-parallel
+attention"), each of ``tp x pp`` devices; the experts of a MoE model are spread over
+``ep`` devices of each pipeline stage (DeepSeek-style: ``ep = tp x dp`` puts whole
+experts on every device of the deployment), tensor-split by ``max(1, tp / ep)``.
+
+* **Prefill** (time to first token): one forward pass over ``prefill_batch`` prompts per
+  replica; each part is a roofline (Williams et al. 2009): the layers' weights as one
+  GEMM, the routed experts, causal attention (compute-bound), then the tensor-parallel
+  all-reduces and the expert dispatch/combine, sent once per destination domain
+  (DeepEP normal kernels).
+* **Decode** (time per output token): one step reads every weight once (only the experts
+  some token was routed to), reads the KV cache of every sequence, computes the
+  attention (MLA in its absorbed form), and pays two all-reduces per layer for tensor
+  parallelism and two one-shot all-to-alls per MoE layer for expert parallelism.
+  Speculative decoding / multi-token prediction verifies ``draft_tokens + 1`` tokens per
+  sequence per step and emits Leviathan et al.'s expected count; drafting costs one
+  transformer layer and one pass of the shared output head per draft token
+  (DeepSeek-V3's MTP module, its report Sec. 2.2).
+* **Expert all-to-all kernels**: dispatch and combine at decode sizes run at the
+  bandwidth fraction their own microbenchmarks reach (a level's ``ep_dispatch_efficiency``
+  and ``ep_combine_efficiency``: on CloudMatrix384 0.26 and 0.54 of the bus, Zuo et al.
+  2025 Sec. 5; DeepEP on H800 0.77 and 0.81 of the NIC), prefill's high-throughput
+  kernels at ``ep_bulk_efficiency``; each falls back to the level's ``efficiency``
+  (:func:`snlab.network.expert_calls`).
+* **Multi-die packages** (``Device.dies``, the Ascend 910C's two): without tensor
+  parallelism each die runs as its own data-parallel rank, so it holds and reads its
+  own copy of the replicated weights (:func:`package_weight_bytes`), and bytes to the
+  sibling die stay on the package.
+* **Decode attention** runs at the device's measured decode-attention efficiency
+  (FlashMLA 0.667 on H800, the 910C's MLA kernel 0.654) where the preset has one.
+* **Two-batch overlap** (``microbatches = 2``): two half batches alternate so that one's
+  expert all-to-all hides behind the other's compute; weights are read twice.
+* **Pipeline parallelism**: ``pp`` micro-batches of ``b / pp`` sequences keep the stages
+  busy; a token waits for all stages, so a step takes ``pp`` stage passes.
+* **KV cache placement**: HBM first (after weights, within ``hbm_utilization`` of
+  capacity), then the supernode's memory pool (memory of domain peers the deployment
+  does not use), host memory, SSD; a tier without bandwidth holds nothing. A decode
+  step streams the spilled part concurrently with the HBM part (``tiered_read_time``),
+  so spilling costs time only once the far stream is the slower one.
+* **Batching**: static batches wait for their longest output; continuous batching
+  refills slots at once (``batching_throughput``), both with their prefills on the
+  same replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .. import network as net
+from ..hardware import ACTIVATION_BYTES, Hardware
+from ..sizing import ModelSizes, forward_flops_per_token, kv_cache_bytes_per_token, model_sizes
+from ..walls import communication as cm
+from ..walls import compute as cw
+from ..walls import serving as sv
+from .deployment import Deployment
+
+#: KV tiers, nearest first; a deployment's ``kv_location`` is the farthest one it uses
+KV_TIERS = ("hbm", "pool", "host", "ssd")
+KV_LOCATIONS = KV_TIERS + ("does not fit",)
+MTP_LAYERS = 1.0       # DeepSeek-V3 Sec. 2.2: one transformer block per predicted token
+
+
+@dataclass(frozen=True)
+class ServingSizes:
+    """What serving needs beyond :class:`~snlab.sizing.ModelSizes`: KV-cache elements per
+    token of context, attention FLOPs per query per key at prefill (uncompressed) and at
+    decode (MLA absorbed), and the most ways tensor parallelism splits the KV cache."""
+
+    base: ModelSizes
+    kv_elements_per_token: float
+    prefill_attention_per_key: float
+    decode_attention_per_key: float
+    kv_shard_max: float
+
+
+@lru_cache(maxsize=256)
+def serving_sizes(model) -> ServingSizes:
+    prefill = float(forward_flops_per_token(model, 1) - forward_flops_per_token(model, 0))
+    if model.mla:
+        decode = float(sv.mla_absorbed_attention_flops(layers=model.layers, heads=model.heads,
+                                                       kv_lora_rank=model.mla.kv_lora_rank,
+                                                       qk_rope_head_dim=model.mla.qk_rope_head_dim, context_len=1.0))
+        shard = 1.0        # the latent is shared by all heads: tensor parallelism replicates it
+    else:
+        decode, shard = prefill, float(model.kv_heads)
+    return ServingSizes(base=model_sizes(model), kv_elements_per_token=float(kv_cache_bytes_per_token(model, 1.0)),
+                        prefill_attention_per_key=prefill, decode_attention_per_key=decode, kv_shard_max=shard)
+
+
+def package_weight_bytes(dies, replicated_bytes, sharded_bytes):
+    """Weight bytes a package holds, and reads once per forward pass, when its ``dies``
+    run as separate data-parallel ranks: n_die x W_rep + W_sh.
+
+    Each die keeps its own copy of what data parallelism replicates (attention, dense
+    layers, shared experts, embeddings and output head); the experts are split among
+    all ranks. Zuo et al. 2025 (arXiv 2506.12708) Sec. 3-4: a 910C package is two dies,
+    each its own device with its own HBM, and EP320 runs 320 ranks (DP attention, one
+    expert per die) on 160 packages; on such a package DP attention doubles the weight
+    stream of a decode step against a one-device package of the same HBM bandwidth.
+    """
+    return dies * replicated_bytes + sharded_bytes
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weight bytes per device (the stage with the LM head, plus the input embedding
+    when pp = 1) and how many dies run as ranks with their own copy."""
+
+    per_device: np.ndarray
+    rank_dies: np.ndarray
+
+
+def weights(sizes: ModelSizes, dep: Deployment, hw: Hardware) -> Weights:
+    t, p = dep.tp, dep.pp
+    h, V = sizes.hidden_size, sizes.vocab_size
+    extra_output = (sizes.embedding_copies - 1) * V * h
+    emb_stage = np.where(p > 1, V * h, sizes.embedding_params + extra_output)
+    if sizes.experts:
+        expert_tp = np.maximum(t / dep.ep, 1.0)
+        expert = np.ceil(sizes.experts / dep.ep) * sizes.expert_params_one * sizes.moe_layers / p / expert_tp
+    else:
+        expert = 0.0
+    # a die that runs as its own rank (tp = 1 on a multi-die package) holds its own copy
+    rank_dies = np.where(t > 1, 1.0, hw.dies)
+    per_device = package_weight_bytes(rank_dies, (sizes.layer_params / p + emb_stage) / t * dep.weight_bytes,
+                                      expert * dep.weight_bytes)
+    return Weights(per_device=per_device, rank_dies=rank_dies)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The KV cache per device [bytes] and where it lives: each tier's capacity left for
+    it, what each tier holds, each tier's share, the farthest tier used (an index of
+    :data:`KV_LOCATIONS`) and what finds no room."""
+
+    kv_per_device: np.ndarray
+    kv_per_token: np.ndarray
+    shard: np.ndarray
+    capacity: dict
+    placed: dict
+    share: dict
+    location: np.ndarray
+    unplaced: np.ndarray
+    weights_fit: np.ndarray
+
+
+def placement(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights) -> Placement:
+    t, p, d = dep.tp, dep.pp, dep.dp
+    kv_tok = ss.kv_elements_per_token * dep.kv_bytes
+    shard = np.minimum(t, ss.kv_shard_max)
+    kv_dev = dep.batch / d * dep.capacity_context * kv_tok / (p * shard)
+    offload = dep.kv_offload > 0
+    in_domain = np.minimum(dep.devices, hw.scale_up_domain_size)
+    pool_free = np.maximum(hw.pool_domain_capacity - (in_domain - 1) * hw.hbm_capacity, 0.0)
+    caps = {
+        "hbm": np.maximum(dep.hbm_utilization * hw.hbm_capacity - w.per_device, 0.0),
+        "pool": np.where(offload & (hw.pool_bandwidth > 0), pool_free * dep.pool_share / in_domain, 0.0),
+        "host": np.where(offload & (hw.host_bandwidth > 0), hw.host_capacity, 0.0),
+        "ssd": np.where(offload & (hw.storage_bandwidth > 0), hw.storage_capacity, 0.0),
+    }
+    left = kv_dev
+    placed = {}
+    for tier in KV_TIERS:
+        placed[tier] = np.minimum(left, caps[tier])
+        left = left - placed[tier]
+    location = np.zeros(np.shape(kv_dev))
+    for i, tier in enumerate(KV_TIERS):
+        location = np.where(placed[tier] > 0, i, location)
+    location = np.where(left > 0, len(KV_TIERS), location)
+    # for timing a row that does not fit, charge the excess to the farthest tier it has
+    last = np.where(caps["ssd"] > 0, 3, np.where(caps["host"] > 0, 2, np.where(caps["pool"] > 0, 1, 0)))
+    for i, tier in enumerate(KV_TIERS):
+        placed[tier] = placed[tier] + np.where(last == i, left, 0.0)
+    total = np.where(kv_dev > 0, kv_dev, 1.0)
+    share = {tier: np.where(kv_dev > 0, placed[tier] / total, 1.0 if tier == "hbm" else 0.0) for tier in KV_TIERS}
+    return Placement(kv_per_device=kv_dev, kv_per_token=kv_tok, shard=shard, capacity=caps, placed=placed,
+                     share=share, location=location, unplaced=left,
+                     weights_fit=w.per_device <= dep.hbm_utilization * hw.hbm_capacity)
+
+
+def far_read_time(kv_bytes, share: dict, hw: Hardware, reads):
+    """Seconds to read ``kv_bytes`` whose tier shares are ``share`` from the far tiers,
+    one bulk read per layer from each tier used; the tiers share the device's off-chip
+    path, so their times add."""
+    total = 0.0
+    for tier, bw, lat in (("pool", hw.pool_bandwidth, hw.pool_latency), ("host", hw.host_bandwidth, hw.host_latency),
+                          ("ssd", hw.storage_bandwidth, hw.storage_latency)):
+        used = share[tier] > 0
+        t = sv.far_read_time(far_bytes=kv_bytes * share[tier], far_bandwidth=np.where(used, bw, 1.0),
+                             far_latency=lat, far_reads=reads)
+        total = total + np.where(used, t, 0.0)
+    return total
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One micro-batch through one pipeline stage (the last: it holds the LM head) [s],
+    with the FLOPs and bytes of the output head alone (what each draft token adds)."""
+
+    dense: np.ndarray
+    expert: np.ndarray
+    attention: np.ndarray
+    kv: np.ndarray
+    head: np.ndarray
+    head_flops: np.ndarray
+    head_bytes: np.ndarray
+    kv_hbm_only: np.ndarray
+    tp: np.ndarray
+    ep: np.ndarray
+    compute_wall: np.ndarray
+    memory_wall: np.ndarray
+    weights_read: np.ndarray
+
+    def scaled(self, factor) -> "Pass":
+        return Pass(**{k: factor * v for k, v in vars(self).items()})
+
+
+def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, tok, ctx, kv_bytes, share,
+                 logits, prefill: bool) -> Pass:
+    """``tok``: query tokens of one replica; ``ctx``: keys each query attends to;
+    ``kv_bytes``: KV bytes each device reads (decode) or writes (prefill); ``logits``:
+    tokens that need the output layer."""
+    k = ss.base
+    t, p, qw = dep.tp, dep.pp, dep.weight_bytes
+    layers = k.layers / p
+    gemm = hw.roofline(peak_flops=hw.peak_flops * dep.gemm_ratio)
+    h, V = k.hidden_size, k.vocab_size
+    flop_rate = hw.gemm_efficiency * hw.sustained_clock * hw.peak_flops
+    byte_rate = hw.memory_efficiency * hw.hbm_bandwidth
+    # layers' own weights (attention, dense MLPs, shared experts, router) and the LM head,
+    # read once by each die that runs as its own data-parallel rank (package_weight_bytes)
+    dense_read = w.rank_dies * (k.layer_params / p + V * h) / t * qw
+    dense_flops = (2 * tok * k.dense_matmul_params * layers + 2 * logits * V * h) / t
+    act_bytes = ACTIVATION_BYTES * tok * h * layers * 4 / t     # read and write of q, attention out, MLP in/out
+    t_dense = cw.roofline_time(flops=dense_flops, bytes_moved=dense_read + act_bytes, **gemm)
+    head_flops, head_bytes = 2 * logits * V * h / t, w.rank_dies * V * h / t * qw
+    t_head = cw.roofline_time(flops=head_flops, bytes_moved=head_bytes, **gemm)
+    exp_read, exp_flops, t_exp = _experts(k, dep, hw, tok, gemm)
+    per_key = ss.prefill_attention_per_key if prefill else ss.decode_attention_per_key
+    attn_flops = tok * ctx * per_key / (p * t)
+    attn_eff = None
+    if not prefill:   # the decode attention kernel's own measured efficiency (FlashMLA-style)
+        own = np.asarray(hw.decode_attention_efficiency)
+        attn_eff = np.where(own > 0, own, hw.gemm_efficiency)
+    t_attn_c = cw.roofline_time(flops=attn_flops, bytes_moved=0.0, **hw.roofline(gemm_efficiency=attn_eff))
+    far = far_read_time(kv_bytes, share, hw, layers)
+    t_kv = sv.tiered_read_time(local_bytes=kv_bytes * share["hbm"], far_time=far,
+                               memory_bandwidth=hw.hbm_bandwidth, memory_efficiency=hw.memory_efficiency)
+    tp_comm = 2 * layers * net.all_reduce(tok * h * ACTIVATION_BYTES, t, 1.0, hw)
+    if k.experts:
+        q_dispatch = np.where(qw <= 1, 1.0, ACTIVATION_BYTES)   # 8-bit dispatch when the weights are
+        disp, comb = net.expert_calls(tok / t, k.experts_per_token, h, dep.ep, q_dispatch, hw, prefill)
+        ep_comm = np.where(dep.ep > 1, k.moe_layers / p * (disp + comb), 0.0)
+    else:
+        ep_comm = 0.0 * tok
+    return Pass(dense=t_dense, expert=t_exp, attention=np.maximum(t_attn_c, t_kv), kv=t_kv, head=t_head,
+                head_flops=head_flops, head_bytes=head_bytes, kv_hbm_only=kv_bytes / byte_rate, tp=tp_comm,
+                ep=ep_comm,
+                compute_wall=(dense_flops + exp_flops) / (flop_rate * dep.gemm_ratio) + attn_flops / flop_rate,
+                memory_wall=(dense_read + act_bytes + exp_read) / byte_rate + t_kv,
+                weights_read=dense_read + exp_read)
+
+
+def _experts(k: ModelSizes, dep: Deployment, hw: Hardware, tok, gemm: dict):
+    """Routed experts of one pass: bytes read (only the slots some token reached),
+    FLOPs, and their roofline time."""
+    if not k.experts:
+        zero = 0.0 * tok
+        return zero, zero, zero
+    t, p, e = dep.tp, dep.pp, dep.ep
+    slots = np.ceil(k.experts / e)
+    rho = sv.expert_activation(experts=slots * e, experts_per_token=k.experts_per_token,
+                               tokens=tok * np.maximum(e, t) / t)
+    read = slots * rho * k.expert_params_one / np.maximum(t / e, 1.0) * dep.weight_bytes * k.moe_layers / p
+    flops = 2 * tok * k.experts_per_token * k.expert_params_one / t * k.moe_layers / p
+    return read, flops, cw.roofline_time(flops=flops, bytes_moved=read, **gemm)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage pass of the tokens split into ``microbatches`` (the parts summed over
+    them), the expert all-to-all left exposed, and the stage's time."""
+
+    parts: Pass
+    ep_exposed: np.ndarray
+    time: np.ndarray
+
+
+def stage(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, tok, ctx, kv_bytes, share, logits,
+          prefill: bool) -> Stage:
+    """With two micro-batches a fraction ``ep_overlap`` of the expert all-to-all hides
+    behind the other half's compute (two-batch overlap); every weight is read once per half."""
+    mb = dep.microbatches
+    part = forward_pass(ss, dep, hw, w, tok / mb, ctx, kv_bytes / mb, share, logits / mb, prefill)
+    compute = mb * (part.dense + part.expert + part.attention)
+    ep = mb * part.ep
+    overlap = np.where(mb > 1, dep.ep_overlap, 0.0)   # one batch has nothing to hide behind
+    body = cm.overlapped_time(compute_time=compute, comm_time=ep, overlap=overlap)
+    return Stage(parts=part.scaled(mb), ep_exposed=body - compute, time=body + mb * part.tp)
+
+
+@dataclass(frozen=True)
+class Decode:
+    """One decode step [s] of every sequence in flight: the stage's parts, the
+    pipeline hop, the drafting factor, tokens per step, the step and its rates."""
+
+    stage: Stage
+    hop: np.ndarray
+    draft: np.ndarray
+    tokens_per_step: np.ndarray
+    kv_read: np.ndarray
+    step: np.ndarray
+    tpot: np.ndarray
+    rate: np.ndarray
+
+
+def decode(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: Placement) -> Decode:
+    """Drafting costs, per draft token, one more transformer block and the shared output
+    head (DeepSeek-V3 report Sec. 2.2: the MTP module shares embedding and output head)."""
+    kd, p, t = dep.draft_tokens, dep.pp, dep.tp
+    tau = sv.speculative_tokens_per_step(draft_tokens=kd, acceptance_rate=dep.acceptance)
+    seqs = dep.batch / dep.dp / p               # sequences per pipeline micro-batch
+    tok = seqs * (kd + 1)
+    kv_read = seqs * dep.context * place.kv_per_token / (p * place.shard)
+    st = stage(ss, dep, hw, w, tok, dep.context, kv_read, place.share, tok, prefill=False)
+    hop = np.where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
+                                             dep.devices <= hw.scale_up_domain_size, hw), 0.0)
+    draft = 1 + kd * MTP_LAYERS / ss.base.layers
+    step = p * (st.time + hop) * draft + kd * st.parts.head
+    return Decode(stage=st, hop=hop, draft=draft, tokens_per_step=tau, kv_read=kv_read, step=step,
+                  tpot=sv.time_per_output_token(step_time=step, tokens_per_step=tau),
+                  rate=dep.batch * tau / step)
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """Prefill of ``prefill_batch`` prompts per replica: the stage, time to first token
+    [s] and prompt tokens per second per device."""
+
+    stage: Stage
+    ttft: np.ndarray
+    rate: np.ndarray
+
+
+def prefill(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: Placement) -> Prefill:
+    """Causal attention: each prompt token attends to half the prompt on average."""
+    p, t = dep.pp, dep.tp
+    tok = dep.prefill_batch * dep.prompt_len
+    kv = tok * place.kv_per_token / (p * place.shard)
+    st = stage(ss, dep, hw, w, tok, dep.prompt_len / 2, kv, place.share, dep.prefill_batch, prefill=True)
+    hop = np.where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
+                                             dep.devices <= hw.scale_up_domain_size, hw), 0.0)
+    return Prefill(stage=st, ttft=p * st.time + (p - 1) * hop, rate=tok / (st.time * t * p))
+
+
+def batching(dep: Deployment, dec: Decode, pre: Prefill) -> tuple:
+    """Output tokens per second of one replica with continuous and with static batching
+    (prefills on the same replica): Orca/vLLM refill a finished slot at once, a static
+    batch waits for its longest output (fixed, uniform or exponential lengths)."""
+    mu = dep.output_len
+    b = dep.batch / dep.dp
+    per_request = pre.ttft / dep.prefill_batch
+    longest = np.where(dep.output_dist == 1, sv.static_steps_uniform(batch_sequences=b, mean_output_len=mu),
+                       np.where(dep.output_dist == 2,
+                                sv.static_steps_exponential(batch_sequences=b, mean_output_len=mu), mu))
+    longest = np.maximum(longest, mu)
+    tau = dec.tokens_per_step
+    common = dict(batch_sequences=b, mean_output_len=mu, prefill_time=per_request, step_time=dec.step)
+    return (sv.batching_throughput(decode_steps=mu / tau, **common),
+            sv.batching_throughput(decode_steps=longest / tau, **common))
+
+
+def limits(ss: ServingSizes, dep: Deployment, place: Placement) -> dict:
+    """Largest batch (whole deployment) and context (per sequence) that fit, in HBM
+    alone and with every tier."""
+    per_replica = dep.pp * place.shard        # devices a replica's KV is spread over, in effect
+    out = {}
+    for key, cap in (("hbm", place.capacity["hbm"]), ("all", sum(place.capacity.values()))):
+        capacity = np.maximum(cap * per_replica, 1e-30)
+        seqs = sv.max_sequences(capacity=capacity, context_len=dep.capacity_context,
+                                kv_cache_memory=place.kv_per_token)
+        out[f"max_batch_{key}"] = dep.dp * np.floor(seqs)
+        ctx = sv.max_sequences(capacity=capacity, context_len=dep.batch / dep.dp, kv_cache_memory=place.kv_per_token)
+        out[f"max_context_{key}"] = np.floor(ctx)
+    return out
+
+
+def walls(dep: Deployment, hw: Hardware, dec: Decode) -> dict:
+    """The decode step's time by wall [s]: compute, memory (weights and KV reads) and
+    the communication left exposed."""
+    rounds = dep.pp * dec.draft
+    parts = dec.stage.parts
+    byte_rate = hw.memory_efficiency * hw.hbm_bandwidth
+    flop_rate = hw.gemm_efficiency * hw.sustained_clock * hw.peak_flops * dep.gemm_ratio
+    kd = dep.draft_tokens
+    return {"compute": rounds * parts.compute_wall + kd * parts.head_flops / flop_rate,
+            "memory": rounds * parts.memory_wall + kd * parts.head_bytes / byte_rate,
+            "communication": rounds * (parts.tp + dec.stage.ep_exposed + dec.hop)}
+
+
+def serve_columns(model, dep: Deployment, hw: Hardware) -> dict[str, np.ndarray]:
+    """Evaluate every deployment of the grid: the chain of parts, laid out as output
+    columns named with their units (``ttft_s``, ``tpot_s``, ...)."""
+    ss = serving_sizes(model)
+    w = weights(ss.base, dep, hw)
+    place = placement(ss, dep, hw, w)
+    dec = decode(ss, dep, hw, w, place)
+    pre = prefill(ss, dep, hw, w, place)
+    cont, static = batching(dep, dec, pre)
+    return columns(dep, hw, w, place, dec, pre, cont, static, limits(ss, dep, place), walls(dep, hw, dec))
+
+
+def columns(dep, hw, w, place, dec, pre, cont, static, fit, wall) -> dict[str, np.ndarray]:
+    """The parts laid out as the serving output columns."""
+    rounds = dep.pp * dec.draft
+    parts, kd, step = dec.stage.parts, dep.draft_tokens, dec.step
+    byte_rate = hw.memory_efficiency * hw.hbm_bandwidth
+    kv_step = rounds * parts.kv
+    per_replica = dep.tp * dep.pp
+    return {
+        "devices": dep.devices,
+        "ttft_s": pre.ttft, "tpot_s": dec.tpot, "decode_step_s": step,
+        "tokens_per_step": dec.tokens_per_step * np.ones_like(step),
+        "decode_tokens_per_s": dec.rate, "decode_tokens_per_s_per_device": dec.rate / dep.devices,
+        "prefill_tokens_per_s_per_device": pre.rate,
+        "continuous_tokens_per_s_per_device": cont / per_replica, "static_tokens_per_s_per_device": static / per_replica,
+        "continuous_over_static": cont / static,
+        "weights_bytes_per_device": w.per_device, "kv_cache_bytes_per_device": place.kv_per_device,
+        **{f"kv_{tier}_bytes_per_device": place.placed[tier] for tier in KV_TIERS},
+        "kv_unplaced_bytes_per_device": place.unplaced,
+        "kv_bytes_per_token": place.kv_per_token * np.ones_like(step), "kv_location": place.location,
+        "kv_read_bytes_per_step_per_device": rounds * dec.kv_read,
+        "time_kv_s": kv_step, "kv_time_per_output_token_s": kv_step / dec.tokens_per_step,
+        "kv_spill_slowdown": parts.kv / np.maximum(parts.kv_hbm_only, 1e-30),
+        "time_weights_s": (rounds * parts.weights_read + kd * parts.head_bytes) / byte_rate,
+        "time_dense_s": rounds * parts.dense + kd * parts.head, "time_draft_head_s": kd * parts.head,
+        "time_experts_s": rounds * parts.expert, "time_attention_s": rounds * parts.attention,
+        "time_tp_s": rounds * parts.tp, "time_ep_s": rounds * parts.ep,
+        "exposed_ep_s": rounds * dec.stage.ep_exposed, "time_pp_s": rounds * dec.hop,
+        "prefill_time_tp_s": dep.pp * pre.stage.parts.tp, "prefill_time_ep_s": dep.pp * pre.stage.parts.ep,
+        "prefill_exposed_ep_s": dep.pp * pre.stage.ep_exposed,
+        "wall_compute_s": wall["compute"], "wall_memory_s": wall["memory"],
+        "wall_communication_s": wall["communication"],
+        "max_batch_hbm": fit["max_batch_hbm"], "max_batch": fit["max_batch_all"],
+        "max_context_hbm": fit["max_context_hbm"], "max_context": fit["max_context_all"],
+        "fits": place.weights_fit & (place.unplaced <= 0), "fits_weights": place.weights_fit,
+    }

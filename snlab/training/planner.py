@@ -1,0 +1,346 @@
+"""Training planners: ``train`` (one plan), ``sweep`` (a grid), ``search`` (the best plan).
+
+All three build a grid of plans (:mod:`snlab.grid`) and evaluate it with one call of
+:func:`snlab.training.step.step_columns`; ``train`` is a grid of one row.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from .. import grid
+from ..errors import SnlabError
+from ..hardware import field_dimension, hardware
+from ..presets import PresetLike
+from ..presets import model as load_model
+from ..presets import system as load_system
+from ..sizing import model_sizes
+from ..specs import Model, System
+from . import plan as pl
+from .result import TrainResult
+from .step import step_columns
+
+PLAN_FIELDS = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "recompute",
+               "sequence_parallel", "interleave", "overlap", "offload", "grad_dtype", "seq_len",
+               "flash_attention", "optimizer_bytes")
+NUMERIC = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "interleave",
+           "seq_len", "optimizer_bytes")
+#: system fields a training sweep may vary, and where they live
+SYSTEM_FIELDS = (
+    "scale_up_domain_size", "scale_up_bandwidth", "scale_up_latency", "scale_up_efficiency",
+    "scale_up_call_latency", "scale_out_bandwidth", "scale_out_latency", "scale_out_efficiency",
+    "scale_out_call_latency", "host_bandwidth", "host_capacity", "pool_bandwidth", "pool_capacity",
+    "peak_flops", "hbm_bandwidth", "hbm_capacity", "gemm_efficiency", "memory_efficiency",
+    "sustained_clock",
+)
+OVERLAP_FIELDS = tuple(f"overlap_{c}" for c in pl.OVERLAP_CLASSES)
+#: rows of a sweep that are valid but do not fit, after the rules' reasons
+REASONS = ("ok",) + tuple(r.message for r in pl.RULES) + ("does not fit in device memory",
+                                                           "offloaded state exceeds host or pool memory")
+
+
+def _check_ranges(merged: dict) -> None:
+    """Values outside a field's range are errors in train and sweep alike (the plan
+    rules, which depend on the model and the other fields, are flagged per row)."""
+    for name, ok in (("zero", lambda v: v in (0, 1, 2, 3)),
+                     ("seq_len", lambda v: v is None or (float(v).is_integer() and 1 <= v <= 1e9)),
+                     ("optimizer_bytes", lambda v: 0 <= v <= 64)):
+        for v in grid.axis_values(name, merged[name]):
+            if v is not None and not grid.is_number(v):
+                raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
+            if v is not None and (not math.isfinite(v) or not ok(v)):
+                raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
+
+
+def _plan_axes(model: Model, merged: dict, axes: dict) -> tuple[dict, dict]:
+    """Each plan field as a numeric axis, and the labels of the named choices."""
+    columns: dict[str, np.ndarray] = {}
+    labels: dict[str, list] = {}
+    for name in PLAN_FIELDS:
+        values = grid.axis_values(name, merged[name])
+        if name in NUMERIC:
+            columns[name] = grid.numbers(name, values, pl.ALLOWED[name])
+        elif name in ("recompute", "offload"):
+            table = pl.RECOMPUTE if name == "recompute" else pl.OFFLOAD
+            columns[name] = grid.coded(name, values, table, pl.ALLOWED[name])
+            labels[name] = list(values)
+        elif name == "grad_dtype":
+            columns["grad_bytes"] = grid.coded(name, values, {k: float(v) for k, v in pl.GRAD_DTYPE_BYTES.items()},
+                                               pl.ALLOWED[name])
+        elif name == "flash_attention":
+            columns[name] = grid.flags(name, values)
+        elif name == "sequence_parallel":
+            columns[name] = np.asarray([-1.0 if v is None else grid.flags(name, [v])[0] for v in values])
+        elif name == "overlap":
+            levels = [pl.overlap_levels(v) for v in values]
+            columns["overlap"] = np.arange(len(levels), dtype=float)
+            labels["overlap"] = [v if isinstance(v, str) else str(v) for v in values]
+            labels["_overlap_levels"] = levels
+    for name in OVERLAP_FIELDS:
+        if name in axes:
+            columns[name] = grid.numbers(name, grid.axis_values(name, axes[name]), "levels in [0, 1]", "fraction0")
+    return columns, labels
+
+
+def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
+    """The Cartesian product of the axes as an open grid: (plan columns, hardware,
+    labels). The columns are the planner's input names, ``overlap`` the index of the
+    overlap choice and ``overlap_<class>`` its levels."""
+    grid.unknown_fields(axes, PLAN_FIELDS + SYSTEM_FIELDS + OVERLAP_FIELDS, "plan or system")
+    merged = {**pl.DEFAULTS, **axes}
+    _check_ranges(merged)
+    if merged["global_batch"] is None:
+        raise SnlabError("global_batch", "missing", "a multiple of micro_batch x dp (sequences per step)")
+    if merged["seq_len"] is None:
+        merged["seq_len"] = model.seq_len
+    columns, labels = _plan_axes(model, merged, axes)
+    hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]), "a " + field_dimension(name)
+                                  + " value", field_dimension(name))
+               for name in SYSTEM_FIELDS if name in axes}
+    grid.check_size({**columns, **hw_axes})
+    arrays = grid.open_grid({**columns, **{f"hw:{k}": v for k, v in hw_axes.items()}})
+    g = {n: a for n, a in arrays.items() if not n.startswith("hw:")}
+    sp = g["sequence_parallel"]
+    g["sequence_parallel"] = np.where(sp < 0, (g["tp"] > 1).astype(float), sp)
+    idx = g["overlap"].astype(int)
+    for name in OVERLAP_FIELDS:
+        if name not in g:
+            g[name] = np.asarray([lv[name[len("overlap_"):]] for lv in labels["_overlap_levels"]])[idx]
+    hw = hardware(system, precision)
+    if hw_axes:
+        hw = hw.replace(**{n[3:]: a for n, a in arrays.items() if n.startswith("hw:")})
+    return g, hw, labels
+
+
+def plan_of(g: dict) -> pl.Plan:
+    """A :class:`~snlab.training.plan.Plan` from named plan columns."""
+    return pl.Plan(tp=g["tp"], pp=g["pp"], dp=g["dp"], ep=g["ep"], cp=g["cp"], micro_batch=g["micro_batch"],
+                   global_batch=g["global_batch"], zero_stage=g["zero"], recompute=g["recompute"],
+                   sequence_parallel=g["sequence_parallel"], interleave=g["interleave"], offload=g["offload"],
+                   grad_bytes=g["grad_bytes"], seq_len=g["seq_len"], flash_attention=g["flash_attention"],
+                   optimizer_bytes=g["optimizer_bytes"], **{f: g[f] for f in OVERLAP_FIELDS})
+
+
+def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", devices=None):
+    """Plan columns, swept hardware, labels, rule violations and output columns for
+    ``axes``, each laid out flat, one row per configuration."""
+    g, hw, labels = _grid(model, system, axes, precision)
+    plan = plan_of(g)
+    broken = pl.violations(model, plan, devices)
+    with np.errstate(all="ignore"):
+        out = step_columns(model_sizes(model), plan, hw)
+    hw_cols = {k: getattr(hw, k) for k in SYSTEM_FIELDS if k in axes}
+    shape = grid.grid_shape(broken, g, hw_cols)
+    broken = np.broadcast_to(broken, shape).ravel()
+    ok = broken < 0
+    # rows that break a rule keep their plan; their outputs are NaN (False for flags)
+    out = {k: (v & ok if v.dtype == bool else np.where(ok, v, np.nan))
+           for k, v in grid.flatten({k: np.asarray(v) for k, v in out.items()}, shape).items()}
+    return grid.flatten(g, shape), grid.flatten(hw_cols, shape), labels, broken, out
+
+
+def _resolve(model: PresetLike, system: PresetLike) -> tuple[Model, System]:
+    return load_model(model), load_system(system)
+
+
+def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", devices: int | None = None,
+          **plan) -> TrainResult:
+    """Step time, MFU, memory and its verdict for one training plan.
+
+    Parameters
+    ----------
+    model, system : preset name, path to a TOML file, or a preset object.
+    precision : compute precision of the matrix multiplies (``"bf16"``, ``"fp8"``).
+    devices : optional check that tp x pp x dp x cp equals it.
+    **plan : tp, pp, dp, ep, cp, micro_batch, global_batch (sequences), zero (0-3),
+        recompute (none/selective/full), sequence_parallel, interleave, overlap
+        (none/gradients/standard/all or ``"dp=1,tp=0.5"``), offload
+        (none/optimizer/activations/both), grad_dtype (bf16/fp32), seq_len,
+        flash_attention, optimizer_bytes; and system fields such as
+        ``scale_out_bandwidth`` to change the system for this run.
+    """
+    m, s = _resolve(model, system)
+    for name, value in plan.items():
+        if isinstance(value, (list, tuple, np.ndarray, range)):
+            raise SnlabError(name, "got a list", "one value; use snlab.sweep for grids")
+    g, hw, labels, broken, out = evaluate(m, s, plan, precision, devices)
+    if broken[0] >= 0:
+        raise _rule_error(pl.RULES[int(broken[0])], m, g)
+    row = {k: (v[0] if np.ndim(v) else v) for k, v in out.items()}
+    plan_row = {k: (v[0] if np.ndim(v) else v) for k, v in g.items()}
+    return TrainResult.from_row(m, s, precision, plan_row, labels, row)
+
+
+def _rule_error(rule: pl.Rule, model: Model, g: dict) -> SnlabError:
+    if rule.field == "degrees":
+        for name in ("tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "global_batch"):
+            value = float(g[name][0])
+            if value < 1 or not value.is_integer():
+                return SnlabError(name, f"got {value:g}", pl.ALLOWED[name].replace("a multiple", "a whole-number multiple"))
+    x = {k: (int(v[0]) if float(v[0]).is_integer() else float(v[0])) for k, v in g.items()}
+    details = {
+        "tp": f"tp={x['tp']} with {model.heads} heads and {model.kv_heads} key/value heads",
+        "pp": f"pp={x['pp']} with {model.layers} layers",
+        "interleave": f"layers={model.layers}, pp={x['pp']}, interleave={x['interleave']}",
+        "cp": f"cp={x['cp']} with seq_len={x['seq_len']}",
+        "ep": f"ep={x['ep']}, dp x cp={x['dp'] * x['cp']}, experts={model.moe.experts if model.moe else 1}",
+        "global_batch": f"global_batch={x['global_batch']}, micro_batch x dp={x['micro_batch'] * x['dp']}",
+        "zero": f"zero=3 with pp={x['pp']}",
+        "devices": f"tp x pp x dp x cp = {x['tp'] * x['pp'] * x['dp'] * x['cp']}",
+        "degrees": "a degree below 1 or not whole",
+    }
+    return SnlabError(rule.field, "broken rule: " + details.get(rule.field, rule.field), rule.message)
+
+
+def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, broken: np.ndarray,
+           out: dict, hw_axes: dict | None = None):
+    import pandas as pd
+    hw_axes = hw_axes or {}
+    n = broken.shape[0]
+    zeros = np.zeros(n, dtype=np.int8)
+    data = {"model": pd.Categorical.from_codes(zeros, [model.name]),
+            "system": pd.Categorical.from_codes(zeros, [system.name]),
+            "precision": pd.Categorical.from_codes(zeros, [precision])}
+    for name in ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "interleave", "seq_len"):
+        data[name] = g[name].astype(np.int64)
+    data["recompute"] = pd.Categorical.from_codes(g["recompute"].astype(int), list(pl.RECOMPUTE))
+    data["sequence_parallel"] = g["sequence_parallel"] > 0
+    data["offload"] = pd.Categorical.from_codes(g["offload"].astype(int), list(pl.OFFLOAD))
+    data["overlap"] = pd.Categorical.from_codes(g["overlap"].astype(int), labels["overlap"]) \
+        if len(set(labels["overlap"])) == len(labels["overlap"]) else g["overlap"].astype(int)
+    for name in OVERLAP_FIELDS:
+        data[name] = g[name]
+    data["flash_attention"] = g["flash_attention"] > 0
+    data["grad_bytes"] = g["grad_bytes"]
+    data["optimizer_bytes"] = g["optimizer_bytes"]
+    for name in hw_axes:
+        data[name] = np.broadcast_to(hw_axes[name], (n,))
+    valid = broken < 0
+    for key, col in out.items():
+        data[key] = np.broadcast_to(col, (n,))
+    code = np.where(valid, 0, broken + 1).astype(np.int64)
+    fits_dev = out["memory_total_bytes"] <= np.broadcast_to(out["memory_capacity_bytes"], (n,))
+    code = np.where(valid & ~fits_dev, len(pl.RULES) + 1, code)
+    code = np.where(valid & fits_dev & ~np.broadcast_to(out["fits"], (n,)), len(pl.RULES) + 2, code)
+    data["valid"] = valid
+    data["reason"] = pd.Categorical.from_codes(code, list(REASONS))
+    wall = np.stack([out["wall_compute_s"], out["wall_communication_s"], out["wall_memory_s"]])
+    limited = np.argmax(np.broadcast_to(wall, (3, n)), axis=0)
+    limited = np.where(data["fits"], limited, 2)
+    data["limited_by"] = pd.Categorical.from_codes(np.where(valid, limited, -1), ["compute", "communication", "memory"])
+    return pd.DataFrame(data, copy=False)
+
+
+def sweep(model, system, *, precision="bf16", devices=None, **axes):
+    """Evaluate the Cartesian product of the axes in one vectorised call.
+
+    Any plan field (see :func:`train`) or system field (``scale_out_bandwidth``,
+    ``scale_up_latency``, ``hbm_capacity``, ...; numbers in SI units or strings such
+    as ``"400 Gb/s"``) may be a list or array. ``model``, ``system`` and
+    ``precision`` may be lists too. Returns a pandas DataFrame, one row per
+    configuration, units in column names; rows that break a rule or do not fit keep
+    their plan, carry ``valid``/``fits`` False and the ``reason``.
+    """
+    import pandas as pd
+    frames = []
+    for m_spec, s_spec, prec in itertools.product(grid.axis_values("model", model), grid.axis_values("system", system),
+                                                 grid.axis_values("precision", precision)):
+        m, s = _resolve(m_spec, s_spec)
+        g, hw, labels, broken, out = evaluate(m, s, axes, prec, devices)
+        frames.append(_frame(m, s, prec, g, labels, broken, out, hw))
+    if len(frames) == 1:
+        return frames[0]
+    return pd.concat(frames, ignore_index=True)
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order, from the pairs (i, n / i) with i <= sqrt(n)."""
+    small = np.arange(1, math.isqrt(n) + 1, dtype=np.int64)
+    low = small[n % small == 0]
+    return sorted(set(low.tolist()) | {n // int(i) for i in low})
+
+
+def search_space(model: Model, devices: int, global_batch: int, **fixed):
+    """Every plan for ``devices`` devices and ``global_batch`` sequences: parallel
+    degrees, micro-batch, recomputation, ZeRO, sequence parallelism and interleaving.
+    A keyword fixes an axis to the given value(s)."""
+    divs = divisors(devices)
+    tps = fixed.pop("tp", [x for x in divs if x <= 64 and model.heads % x == 0
+                           and (model.kv_heads % x == 0 or x % model.kv_heads == 0)])
+    pps = fixed.pop("pp", [x for x in divisors(model.layers) if devices % x == 0])
+    cps = fixed.pop("cp", [x for x in (1, 2, 4, 8) if model.seq_len % x == 0])
+    experts = model.moe.experts if model.moe else 1
+    rows = []
+    for t, p, c in itertools.product(grid.axis_values("tp", tps), grid.axis_values("pp", pps),
+                                     grid.axis_values("cp", cps)):
+        for name, x in (("tp", t), ("pp", p), ("cp", c)):
+            if not grid.is_number(x) or x < 1 or x != int(x):
+                raise SnlabError(name, f"got {x!r}", pl.ALLOWED[name])
+        t, p, c = int(t), int(p), int(c)
+        if devices % (t * p * c):
+            continue
+        d = devices // (t * p * c)
+        if global_batch % d:
+            continue
+        eps = [x for x in divisors(d * c) if experts % x == 0] if model.moe else [1]
+        for e in grid.axis_values("ep", fixed.get("ep", eps)):
+            rows.append((t, p, d, c, e))
+    if not rows:
+        raise SnlabError("devices", f"no tp x pp x dp x cp = {devices} fits the model", "another device count")
+    base = np.asarray(rows, dtype=float)
+    options = {
+        "micro_batch": fixed.pop("micro_batch", [1, 2, 4, 8, 16, 32, 64]),
+        "interleave": fixed.pop("interleave", [1, 2, 3, 4, 6, 8]),
+        "zero": fixed.pop("zero", [0, 1, 2, 3]),
+        "recompute": fixed.pop("recompute", ["none", "selective", "full"]),
+        "sequence_parallel": fixed.pop("sequence_parallel", [False, True]),
+    }
+    fixed.pop("ep", None)
+    return base, options, fixed
+
+
+#: the largest device count search takes (a thousand times the largest clusters of 2026)
+MAX_DEVICES = 100_000_000
+
+
+def search(model, system, *, devices: int, global_batch: int, precision: str = "bf16", top: int = 10,
+           **fixed):
+    """The fastest plans that fit, over every parallelism, micro-batch, recomputation,
+    ZeRO stage, sequence parallelism and interleaving choice.
+
+    Returns a DataFrame of the ``top`` plans, fastest first (empty if none fits).
+    Keywords fix axes (``tp=8``, ``recompute="full"``, ``overlap="all"``).
+    """
+    m, s = _resolve(model, system)
+    for name, value, top_value in (("devices", devices, MAX_DEVICES), ("global_batch", global_batch, 1e9),
+                                   ("top", top, 1e6)):
+        if not grid.is_number(value) or value != int(value) or not 1 <= value <= top_value:
+            raise SnlabError(name, f"got {value!r}", f"a whole number from 1 to {top_value:,.0f}")
+    base, options, fixed = search_space(m, int(devices), int(global_batch), **fixed)
+    g_opts, hw, labels = _grid(m, s, {**fixed, **options, "global_batch": global_batch,
+                                      "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1}, precision)
+    cols = grid.flatten(g_opts, grid.grid_shape(g_opts))
+    n_opts = cols["tp"].shape[0]
+    grid.check_size({"structural": base, "options": cols["tp"]})
+    g = {k: np.tile(v, base.shape[0]) for k, v in cols.items()}
+    for i, k in enumerate(("tp", "pp", "dp", "cp", "ep")):
+        g[k] = np.repeat(base[:, i], n_opts)
+    g["sequence_parallel"] = np.where(g["tp"] > 1, g["sequence_parallel"], 0.0)
+    broken = pl.violations(m, plan_of(g), devices)
+    keep = broken < 0
+    g = {k: v[keep] for k, v in g.items()}
+    with np.errstate(all="ignore"):
+        out = step_columns(model_sizes(m), plan_of(g), hw)
+    frame = _frame(m, s, precision, g, labels, broken[keep], out)
+    frame = frame[frame["fits"]].drop_duplicates(
+        subset=["tp", "pp", "dp", "ep", "cp", "micro_batch", "zero", "recompute", "sequence_parallel", "interleave"])
+    # fastest first; among plans of equal time, the one asking for less (recomputation,
+    # ZeRO stage, micro-batch, interleaving, tensor and pipeline degrees) comes first
+    order = np.lexsort([frame[c].to_numpy() for c in ("pp", "tp", "interleave", "micro_batch", "zero")]
+                       + [frame["recompute"].cat.codes.to_numpy(), frame["step_time_s"].to_numpy()])
+    result = frame.iloc[order].head(int(top)).reset_index(drop=True)
+    result.attrs["evaluated"] = int(keep.sum())
+    return result
