@@ -82,10 +82,11 @@ def as_frame(data) -> pd.DataFrame:
                "limited_by": r.limited_by, "reason": r.reason, "bubble_fraction": r.bubble_fraction,
                "time_compute_s": t["compute"], "time_recompute_s": t["recompute"],
                "time_bubble_s": t["bubble"], "time_optimizer_s": t["optimizer"],
-               "exposed_comm_s": t["exposed_communication"],
-               "memory_capacity_bytes": mem["capacity"], "memory_total_bytes": mem["total"]}
+               "time_contention_s": t["contention"], "exposed_comm_s": t["exposed_communication"],
+               "memory_capacity_bytes": mem["capacity"], "memory_usable_bytes": mem["usable"],
+               "memory_total_bytes": mem["total"]}
         row.update({f"exposed_{k}_s": v for k, v in t["exposed"].items()})
-        row.update({f"memory_{k}_bytes": mem[k] for k in ("weights", "grads", "optimizer", "activations")})
+        row.update({f"memory_{k}_bytes": mem[k] for k in ("weights", "grads", "optimizer", "activations", "buffers")})
         plan = dict(r.plan)
         overlap = plan.pop("overlap")
         row.update(plan)

@@ -43,6 +43,8 @@ STEP_PARTS = (
     ("context-parallel comm (exposed)", "#8e7cc3"),
     ("pipeline sends (exposed)", "#c27ba0"),
     ("data-parallel comm (exposed)", "#cc0000"),
+    ("ZeRO / FSDP comm (exposed)", "#ea9999"),
+    ("overlap contention", "#f1c232"),
     ("pipeline bubble", "#999999"),
     ("optimizer and offload", "#7f6000"),
 )
@@ -51,6 +53,7 @@ MEMORY_PARTS = (
     ("gradients", "memory_grads_bytes", "#6fa8dc"),
     ("optimizer state", "memory_optimizer_bytes", "#e69138"),
     ("activations", "memory_activations_bytes", "#93c47d"),
+    ("ZeRO / FSDP buffers", "memory_buffers_bytes", "#c27ba0"),
 )
 
 # --- the step ----------------------------------------------------------------------------
@@ -72,7 +75,8 @@ def step_parts_frame(data, by: Sequence[str] = ("system",)) -> pd.DataFrame:
     frame = frame.reset_index(drop=True)
     step = frame["step_time_s"].astype(float)
     compute = frame["time_compute_s"] - frame["time_recompute_s"]
-    exposed = [frame.get(f"exposed_{k}_s", 0.0) for k in ("tp", "ep", "cp", "pp", "dp")]
+    exposed = [frame.get(f"exposed_{k}_s", 0.0) for k in ("tp", "ep", "cp", "pp", "dp", "zero")]
+    exposed.append(frame.get("time_contention_s", 0.0))
     # parts of zero can come out as -1e-16 from the overlap arithmetic: clip the noise
     columns = [np.clip(np.asarray(c, dtype=float), 0.0, None)
                for c in (compute, frame["time_recompute_s"], *exposed, frame["time_bubble_s"])]
@@ -209,21 +213,21 @@ def _valid(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def memory_parts_frame(data, by: Sequence[str] = ("system",)) -> pd.DataFrame:
-    """Long table of memory per device [GB] by part, with the device's HBM capacity."""
+    """Long table of memory per device [GB] by part, with the device's usable HBM."""
     frame = _valid(as_frame(data))
-    return _parts_long(frame, MEMORY_PARTS, by, frame["memory_total_bytes"], frame["memory_capacity_bytes"],
+    return _parts_long(frame, MEMORY_PARTS, by, frame["memory_total_bytes"], frame["memory_usable_bytes"],
                        ("system", "model", *PLAN_TOOLTIP, "fits"))
 
 
 def _stacked_memory(long: pd.DataFrame, parts, by: Sequence[str], legend: str, title: str, sort,
-                    width: int, height: int, extra_tooltip=()) -> alt.LayerChart:
+                    width: int, height: int, extra_tooltip=(), limit: str = "HBM capacity [GB]") -> alt.LayerChart:
     labels = [n for n, _, _ in parts]
     order = sort if sort is not None else list(dict.fromkeys(long["label"]))
     x = alt.X("label:N", title=" / ".join(by).replace("_", " "), sort=order, axis=_label_axis(order))
     tooltip = [alt.Tooltip("label:N", title=" / ".join(by)), alt.Tooltip("part:N", title=legend),
                alt.Tooltip("memory_gb:Q", title="memory [GB]", format=".1f"),
                alt.Tooltip("total_gb:Q", title="total per device [GB]", format=".1f"),
-               alt.Tooltip("capacity_gb:Q", title="HBM capacity [GB]", format=".0f"), *extra_tooltip]
+               alt.Tooltip("capacity_gb:Q", title=limit, format=".0f"), *extra_tooltip]
     bars = alt.Chart(inline_data(long[long["memory_gb"] > 0])).mark_bar().encode(
         x=x, y=alt.Y("memory_gb:Q", title="memory per device [GB]", stack="zero"),
         color=alt.Color("part:N", title=legend, sort=labels,
@@ -232,18 +236,19 @@ def _stacked_memory(long: pd.DataFrame, parts, by: Sequence[str], legend: str, t
     ticks = alt.Chart(inline_data(long.drop_duplicates("label"))).mark_tick(color="black", thickness=3, size=40).encode(
         x=x, y=alt.Y("capacity_gb:Q", title="memory per device [GB]"),
         tooltip=[alt.Tooltip("label:N", title=" / ".join(by)),
-                 alt.Tooltip("capacity_gb:Q", title="HBM capacity [GB]", format=".0f")])
+                 alt.Tooltip("capacity_gb:Q", title=limit, format=".0f")])
     return alt.layer(bars, ticks, title=title).properties(width=width, height=height)
 
 
 def memory_breakdown(data, by: Sequence[str] = ("system",), title: str | None = None, sort=None,
                      width: int = 420, height: int = 260) -> alt.LayerChart:
     """Stacked bars of memory per device [GB] (weights, gradients, optimizer state,
-    activations) with a black tick at each device's HBM capacity."""
+    activations, ZeRO/FSDP buffers) with a black tick at the memory a job can use on
+    each device (capacity less the runtime's reserve and the allocator's fragmentation)."""
     long = memory_parts_frame(data, by)
     return _stacked_memory(long, MEMORY_PARTS, by, "memory",
-                           title or "Memory per device against HBM capacity (black tick)", sort, width, height,
-                           plan_tooltip(long))
+                           title or "Memory per device against usable HBM (black tick)", sort, width, height,
+                           plan_tooltip(long), limit="usable HBM [GB]")
 
 
 # --- serving: where the KV cache lives ---------------------------------------------------------

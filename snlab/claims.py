@@ -110,25 +110,39 @@ def c3() -> Verdict:
 _TRILLION = dict(tp=8, pp=64, dp=6, micro_batch=1, global_batch=3072, recompute="full")
 
 
+def _lost(row) -> float:
+    """Share of a step lost to synchronisation: exposed communication, the pipeline
+    bubble, and the compute slowed by the communication hidden beside it."""
+    return float((row.exposed_comm_s + row.time_bubble_s + row.time_contention_s) / row.step_time_s)
+
+
 def c4_c5() -> Verdict:
     """C4/C5: on PCIe/Ethernet clusters, synchronisation eats 30-40% of utilisation at
-    trillion scale; such clusters reach 30-40% MFU."""
-    from .training import search
-    out = {}
-    for name in ("pcie-ethernet-a100", "cloudmatrix384"):
-        best = search("megatron-1t", name, devices=3072, global_batch=3072, top=1).iloc[0]
-        out[name] = best
-    p, c = out["pcie-ethernet-a100"], out["cloudmatrix384"]
-    lost = (p.exposed_comm_s + p.time_bubble_s) / p.step_time_s
-    lost_cm = (c.exposed_comm_s + c.time_bubble_s) / c.step_time_s
-    ok = lost >= 0.25 and 0.25 <= p.mfu <= 0.45 and lost_cm < lost
+    trillion scale; such clusters reach 30-40% MFU. Tested twice: with the plan of the
+    published trillion-parameter run (Narayanan et al. 2021) and with the best plan
+    ``search`` finds for the same cluster."""
+    from .training import search, sweep
+    band = (0.25, 0.45)
+    paper = sweep("megatron-1t", "pcie-ethernet-a100", **_TRILLION).iloc[0]
+    best = {name: search("megatron-1t", name, devices=3072, global_batch=3072, top=1).iloc[0]
+            for name in ("pcie-ethernet-a100", "cloudmatrix384")}
+    p, c = best["pcie-ethernet-a100"], best["cloudmatrix384"]
+
+    def in_claim(row):
+        return _lost(row) >= 0.25 and band[0] <= row.mfu <= band[1]
+
+    verdict = HOLDS if in_claim(paper) and in_claim(p) else (CONDITIONAL if in_claim(paper) else FAILS)
     return Verdict("C4/C5", "On PCIe-in-server, Ethernet-between-servers clusters, synchronisation and link "
                             "bandwidth eat 30-40% of utilisation at trillion scale; MFU stays at 30-40%.",
-                   HOLDS if ok else FAILS, "",
-                   {"PCIe/Ethernet best MFU": p.mfu, "PCIe/Ethernet share lost": lost,
-                    "CloudMatrix384 best MFU": c.mfu, "CloudMatrix384 share lost": lost_cm},
-                   "Best plans found by snlab.search for megatron-1t on 3,072 devices; 'lost' is exposed "
-                   "communication plus the pipeline bubble as a share of the step.")
+                   verdict, "the plan is the one built for NVLink servers (tp 8 across PCIe, 64 pipeline "
+                            "stages); the best plan for the cluster keeps tensor parallelism small and loses less",
+                   {"paper's plan: MFU": float(paper.mfu), "paper's plan: share lost": _lost(paper),
+                    "best plan: MFU": float(p.mfu), "best plan: share lost": _lost(p),
+                    "CloudMatrix384 best plan: MFU": float(c.mfu), "CloudMatrix384 best plan: share lost": _lost(c)},
+                   "megatron-1t on 3,072 devices, global batch 3,072; the paper's plan is tp 8, pp 64, dp 6 "
+                   "with full recomputation, the best plans are snlab.search's. 'Share lost' is exposed "
+                   "communication, the pipeline bubble and the compute slowed by overlapped communication, "
+                   "as a share of the step.")
 
 
 def c6() -> Verdict:

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from .walls import memory as mw
+
 if TYPE_CHECKING:
     from .specs import System
 
@@ -20,6 +24,12 @@ if TYPE_CHECKING:
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5}
 #: activations, tensor-parallel messages and the expert combine: 16-bit
 ACTIVATION_BYTES = 2.0
+#: bytes of extra memory traffic per element a matrix multiply takes in FP8 with Transformer
+#: Engine on Hopper: the 16-bit tensor read (2), its FP8 copy written (1) and, since Hopper's
+#: FP8 GEMMs take only the TN layout, a transposed FP8 copy written for the other GEMM of the
+#: backward pass (1) (Transformer Engine, low-precision training: performance
+#: considerations, 'Handling transposes')
+FP8_CAST_BYTES = 4.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,11 @@ class Hardware:
     """A system's numbers [SI units]: the scale-up and scale-out levels, host link,
     memory pool and storage, and the device (peak at the chosen precision).
 
+    ``peak_flops`` and ``gemm_efficiency`` are the matrix multiplies' at the chosen
+    precision; attention runs in 16-bit (FlashAttention), at ``attention_peak_ratio`` of
+    that peak and ``attention_efficiency_ratio`` of that efficiency (1 for bf16).
+    ``memory_reserve`` and ``allocator_efficiency`` make the usable memory,
+    ``overlap_contention`` the compute lost per second of hidden communication.
     ``pool_capacity`` is per device (the domain's pool over its devices);
     ``pool_domain_capacity`` the whole domain's. ``ep_*_efficiency`` are 0 where the
     preset has no measurement of that expert-parallel kernel (the level's
@@ -68,6 +83,13 @@ class Hardware:
     scale_out_ep_dispatch_efficiency: float
     scale_out_ep_combine_efficiency: float
     scale_out_ep_bulk_efficiency: float
+    flash_attention_efficiency: float = 0.0
+    cast_bytes: float = 0.0
+    memory_reserve: float = 0.0
+    allocator_efficiency: float = 1.0
+    overlap_contention: float = 0.0
+    attention_peak_ratio: float = 1.0
+    attention_efficiency_ratio: float = 1.0
     peak_ratio_bf16: float = 1.0
     peak_ratio_fp16: float = 1.0
     peak_ratio_fp8: float = 1.0
@@ -84,6 +106,22 @@ class Hardware:
         return roofline_inputs(self.peak_flops if peak_flops is None else peak_flops,
                                self.gemm_efficiency if gemm_efficiency is None else gemm_efficiency,
                                self.sustained_clock, self.hbm_bandwidth, self.memory_efficiency)
+
+    def attention_roofline(self, flash=1.0) -> dict:
+        """The roofline inputs of attention kernels, which run in 16-bit whatever the
+        precision of the matrix multiplies (FlashAttention; Transformer Engine's FP8
+        attention is off by default): at the fused kernel's measured efficiency where
+        ``flash`` and the device has one, else as 16-bit matrix multiplies."""
+        bf16 = self.gemm_efficiency * self.attention_efficiency_ratio
+        fused = np.asarray(self.flash_attention_efficiency)
+        efficiency = np.where((np.asarray(flash) > 0) & (fused > 0), fused, bf16)
+        return self.roofline(peak_flops=self.peak_flops * self.attention_peak_ratio, gemm_efficiency=efficiency)
+
+    @property
+    def usable_memory(self):
+        """Bytes a job can allocate on one device (:data:`snlab.walls.memory.usable_memory`)."""
+        return mw.usable_memory(capacity=self.hbm_capacity, memory_reserve=self.memory_reserve,
+                                allocator_efficiency=self.allocator_efficiency)
 
     def peak_ratio(self, dtype: str):
         """Dense peak at ``dtype`` over the bf16 peak."""
@@ -104,7 +142,8 @@ def device_roofline(device, precision: str = "bf16", sustained_clock=None) -> di
 
 
 #: every field, in order: the names a sweep may vary (the ratios are derived, not set)
-FIELDS = tuple(f.name for f in dataclasses.fields(Hardware) if not f.name.startswith("peak_ratio_"))
+FIELDS = tuple(f.name for f in dataclasses.fields(Hardware)
+               if not f.name.startswith(("peak_ratio_", "attention_")) and f.name != "cast_bytes")
 
 
 @lru_cache(maxsize=256)
@@ -126,7 +165,12 @@ def hardware(system: "System", precision: str = "bf16") -> Hardware:
         storage_bandwidth=store.bandwidth if store else 0.0, storage_latency=store.latency if store else 0.0,
         storage_capacity=store.capacity if store else 0.0,
         peak_flops=dev.peak(precision), hbm_bandwidth=dev.hbm_bandwidth, hbm_capacity=dev.hbm_capacity,
-        gemm_efficiency=dev.gemm_efficiency, memory_efficiency=dev.memory_efficiency,
+        gemm_efficiency=dev.gemm_efficiency_at(precision), memory_efficiency=dev.memory_efficiency,
+        memory_reserve=dev.memory_reserve, allocator_efficiency=dev.allocator_efficiency,
+        overlap_contention=dev.overlap_contention, attention_peak_ratio=bf16 / dev.peak(precision),
+        flash_attention_efficiency=dev.flash_attention_efficiency,
+        cast_bytes=FP8_CAST_BYTES if precision == "fp8" else 0.0,
+        attention_efficiency_ratio=dev.gemm_efficiency / dev.gemm_efficiency_at(precision),
         sustained_clock=dev.sustained_clock, dies=float(dev.dies),
         decode_attention_efficiency=dev.decode_attention_efficiency, **levels,
         **{f"peak_ratio_{d}": dev.peak_flops.get(d, bf16) / bf16 for d in DTYPE_BYTES},
@@ -139,7 +183,7 @@ def field_dimension(name: str) -> str:
     efficiencies may be 0 (not measured: the fallback applies)."""
     if name.endswith("domain_size") or name == "dies":
         return "count"
-    if name.endswith("capacity"):
+    if name.endswith("capacity") or name == "memory_reserve":
         return "bytes0"
     if name.endswith("bandwidth"):
         return "bytes/s"
@@ -147,6 +191,6 @@ def field_dimension(name: str) -> str:
         return "s"
     if name == "peak_flops":
         return "FLOP/s"
-    if "ep_" in name or name == "decode_attention_efficiency":
+    if "ep_" in name or name in ("decode_attention_efficiency", "overlap_contention", "flash_attention_efficiency"):
         return "fraction0"
     return "1"

@@ -145,3 +145,41 @@ def expert_all_to_all_time(system, *, ranks: int, tokens_per_rank: float = 128, 
     disp, comb = expert_calls(tokens_per_rank * hw.dies, experts_per_token, hidden, np.asarray(float(devices)),
                               q_dispatch, hw, prefill)
     return float(disp if collective == "dispatch" else comb)
+
+
+#: collectives :func:`collective_time` prices, and the bus-bandwidth formula of each
+COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all")
+#: the largest group and message it takes: a thousand times today's largest
+MAX_GROUP, MAX_MESSAGE_BYTES = 100_000_000, 1e15
+
+
+def collective_time(system, op: str, message_bytes: float, devices: int) -> float:
+    """Seconds of one collective of ``op`` over ``devices`` consecutive devices of
+    ``system`` (a name, a TOML path or a System), as snlab's planners price it:
+    ``message_bytes`` is the full buffer each device holds (the all-reduce's buffer,
+    the reduce-scatter's input, the all-gather's output, the all-to-all's send buffer),
+    as nccl-tests counts it. A group that spans scale-up domains pays the two-level
+    collective: each step's latency on its own level, the data at the slower level's pace."""
+    from .errors import SnlabError
+    from .grid import is_number
+    from .hardware import hardware
+    from .presets import system as load_system
+    if op not in COLLECTIVES:
+        raise SnlabError("op", f"got {op!r}", ", ".join(COLLECTIVES))
+    if not is_number(message_bytes) or not 0 < message_bytes <= MAX_MESSAGE_BYTES:
+        raise SnlabError("message_bytes", f"got {message_bytes!r}", f"a number of bytes > 0 and <= {MAX_MESSAGE_BYTES:g}")
+    if not is_number(devices) or devices != int(devices) or not 2 <= devices <= MAX_GROUP:
+        raise SnlabError("devices", f"got {devices!r}", f"a whole number of devices from 2 to {MAX_GROUP:,}")
+    hw = hardware(load_system(system))
+    S, n = np.asarray(float(message_bytes)), np.asarray(float(devices))
+    op_fn = {"all-reduce": all_reduce, "reduce-scatter": reduce_scatter, "all-gather": reduce_scatter,
+             "all-to-all": all_to_all}[op]
+    return float(op_fn(S, n, 1.0, hw))
+
+
+def bus_bandwidth(op: str, message_bytes: float, devices: int, time: float) -> float:
+    """NCCL's bus bandwidth [bytes/s] of a collective that took ``time`` seconds: the
+    algorithm bandwidth S / t times 2(n - 1)/n for all-reduce, (n - 1)/n for the others
+    (nccl-tests doc/PERFORMANCE.md), comparable across group sizes with a link's bandwidth."""
+    formula = cm.bus_bandwidth if op == "all-reduce" else cm.scatter_bus_bandwidth
+    return float(formula(message_bytes=message_bytes, time=time, group_size=devices))

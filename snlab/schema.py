@@ -30,7 +30,10 @@ DEVICE = {
     "compute": [(p, "FLOP/s", p == "bf16") for p in PRECISIONS],
     "memory": [("hbm_capacity", "bytes", True), ("hbm_bandwidth", "bytes/s", True)],
     "calibration": [("gemm_efficiency", "1", True), ("memory_efficiency", "1", True),
-                    ("sustained_clock", "1", False), ("decode_attention_efficiency", "1", False)],
+                    ("sustained_clock", "1", False), ("decode_attention_efficiency", "1", False),
+                    ("memory_reserve", "bytes0", True), ("allocator_efficiency", "1", True),
+                    ("overlap_contention", "fraction0", True), ("gemm_efficiency_fp8", "1", False),
+                    ("flash_attention_efficiency", "1", False)],
 }
 LEVEL = [("bandwidth", "bytes/s", True), ("latency", "s", True), ("efficiency", "1", True),
          ("call_latency", "s", False), ("ep_dispatch_efficiency", "1", False),
@@ -64,7 +67,7 @@ STRINGS = {"device": {"": ("name", "kind", "description", "vendor", "compute", "
            "model": {"": ("name", "kind", "description", "norm", "moe", "mla") + MODEL_FLAGS}}
 TABLES = {"device": DEVICE, "system": SYSTEM, "model": MODEL}
 
-_SI = {"bytes": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
+_SI = {"bytes": "B", "bytes0": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
 
 
 def describe(dimension: str) -> str:

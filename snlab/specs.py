@@ -87,6 +87,14 @@ class Device:
         data-parallel ranks when a deployment has no tensor parallelism.
     decode_attention_efficiency : achievable fraction of peak of the decode attention
         kernel when it is compute-bound (FlashMLA-style); 0 means "use gemm_efficiency".
+    memory_reserve : bytes the device holds before a job allocates (driver carve-out,
+        runtime context, communication buffers).
+    allocator_efficiency : fraction of the rest the caching allocator can hand out.
+    overlap_contention : compute time lost per second of communication hidden behind it.
+    gemm_efficiency_fp8 : achievable fraction of the FP8 peak for large matrix
+        multiplies; 0 means "use gemm_efficiency".
+    flash_attention_efficiency : achievable fraction of the 16-bit peak of the fused
+        attention kernel in training; 0 means "as a 16-bit matrix multiply".
     """
 
     name: str
@@ -100,6 +108,11 @@ class Device:
     sustained_clock: float = 1.0
     dies: int = 1
     decode_attention_efficiency: float = 0.0
+    memory_reserve: float = 0.0
+    allocator_efficiency: float = 1.0
+    overlap_contention: float = 0.0
+    gemm_efficiency_fp8: float = 0.0
+    flash_attention_efficiency: float = 0.0
     provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
 
     kind = "device"
@@ -121,6 +134,19 @@ class Device:
 
     def replace(self, **changes) -> "Device":
         return _replace(self, changes)
+
+    def gemm_efficiency_at(self, precision: str) -> float:
+        """Achievable fraction of the peak at ``precision`` for large matrix multiplies."""
+        if precision == "fp8" and self.gemm_efficiency_fp8:
+            return self.gemm_efficiency_fp8
+        return self.gemm_efficiency
+
+    @property
+    def usable_memory(self) -> float:
+        """Bytes a job can allocate (:data:`snlab.walls.memory.usable_memory`)."""
+        from .walls import memory as mw     # sympy loads on first use, not on import snlab
+        return float(mw.usable_memory(capacity=self.hbm_capacity, memory_reserve=self.memory_reserve,
+                                      allocator_efficiency=self.allocator_efficiency))
 
     def _repr_html_(self) -> str:
         rows = [(f"peak {k}", f"{v / 1e12:.4g} TFLOP/s (dense)", _cite(self.provenance, f"compute.{k}"))
@@ -435,8 +461,16 @@ def _validate_device(obj: "Device", name: str) -> None:
         raise SnlabError(f"{name}.compute.bf16", "missing", "the dense bf16 peak")
     schema.check_range(obj.hbm_capacity, "bytes", f"{name}.hbm_capacity")
     schema.check_range(obj.hbm_bandwidth, "bytes/s", f"{name}.hbm_bandwidth")
-    for f in ("gemm_efficiency", "memory_efficiency", "sustained_clock"):
+    for f in ("gemm_efficiency", "memory_efficiency", "sustained_clock", "allocator_efficiency"):
         schema.check_range(getattr(obj, f), "1", f"{name}.{f}")
+    schema.check_range(obj.overlap_contention, "fraction0", f"{name}.overlap_contention")
+    schema.check_range(obj.memory_reserve, "bytes0", f"{name}.memory_reserve")
+    if obj.memory_reserve >= obj.hbm_capacity:
+        raise SnlabError(f"{name}.memory_reserve", f"{obj.memory_reserve:g} B is all of the capacity",
+                         f"less than hbm_capacity = {obj.hbm_capacity:g} B")
+    for f in ("gemm_efficiency_fp8", "flash_attention_efficiency"):
+        if getattr(obj, f):   # 0: not set, gemm_efficiency applies
+            schema.check_range(getattr(obj, f), "1", f"{name}.{f}")
     schema.check_range(obj.dies, "count", f"{name}.dies")
     if obj.decode_attention_efficiency:   # 0: not set, gemm_efficiency applies
         schema.check_range(obj.decode_attention_efficiency, "1", f"{name}.decode_attention_efficiency")

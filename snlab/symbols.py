@@ -104,6 +104,8 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("activation_memory", r"M_{act}", "bytes", "activation bytes", "nonneg"),
         ("kv_cache_memory", r"M_{kv}", "bytes", "KV-cache bytes", "nonneg"),
         ("capacity", "C", "bytes", "memory capacity", "pos"),
+        ("memory_reserve", r"R_{mem}", "bytes", "device memory held before the job allocates (runtime context, communication buffers, driver carve-out)", "nonneg"),
+        ("allocator_efficiency", r"\eta_{a}", "1", "fraction of the remaining memory the caching allocator can hand out (the rest is fragmentation)", "pos"),
         ("used_memory", "U", "bytes", "memory needed", "nonneg"),
     ],
     "compute": [
@@ -140,6 +142,7 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("outer_bandwidth", r"\beta_{2}", "bytes/s", "scale-out bandwidth per device, per direction", "pos"),
         ("outer_efficiency", r"\eta_{2}", "1", "achievable fraction of scale-out bandwidth", "pos"),
         ("overlap", r"\epsilon", "1", "fraction of the overlappable time hidden behind compute, in [0, 1]", "nonneg"),
+        ("overlap_contention", r"\kappa_{o}", "1", "compute time lost per second of communication hidden behind it (shared SMs and HBM)", "nonneg"),
         ("compute_time", r"\tau_{c}", "s", "compute time", "nonneg"),
         ("comm_time", r"\tau_{m}", "s", "communication time", "nonneg"),
     ],

@@ -122,14 +122,17 @@ def test_train_results_draw_like_sweep_rows():
     assert list(charts.as_frame(results)["overlap"]) == ["standard", "standard"]
 
 
-def test_memory_parts_add_up_and_capacity_is_the_device(frame):
+def test_memory_parts_add_up_and_the_limit_is_the_usable_memory(frame):
     long = charts.memory_parts_frame(frame, by=("system", "micro_batch", "overlap", "offload"))
     valid = frame[frame["valid"]]
     totals = long.groupby("label", sort=False)["memory_gb"].sum().to_numpy()
     np.testing.assert_allclose(totals * 1e9, valid["memory_total_bytes"].to_numpy(), rtol=1e-9)
     cap = long.groupby("system")["capacity_gb"].first()
-    assert cap["pcie-ethernet-a100"] == pytest.approx(snlab.device("a100-pcie-80gb").hbm_capacity / 1e9)
-    assert cap["cloudmatrix384"] == pytest.approx(snlab.device("ascend-910c").hbm_capacity / 1e9)
+    for system, device in (("pcie-ethernet-a100", "a100-pcie-80gb"), ("cloudmatrix384", "ascend-910c")):
+        d = snlab.device(device)
+        usable = (d.hbm_capacity - d.memory_reserve) * d.allocator_efficiency
+        assert cap[system] == pytest.approx(usable / 1e9)
+        assert cap[system] < d.hbm_capacity / 1e9
 
 
 def test_invalid_rows_are_not_drawn():
@@ -181,7 +184,9 @@ def test_collective_frame():
     big = df[df["message_bytes"] == df["message_bytes"].max()].set_index(["system", "level"])["time_us"]
     # 16 devices span two servers of the cluster but sit inside the supernode's domain
     assert big[("cloudmatrix384", "as placed")] == pytest.approx(big[("cloudmatrix384", "scale-up only")])
-    assert big[("pcie-ethernet-a100", "as placed")] > big[("pcie-ethernet-a100", "scale-up only")]
+    # two servers: the pipelined two-level ring costs about its larger (PCIe) phase
+    assert big[("pcie-ethernet-a100", "as placed")] == pytest.approx(big[("pcie-ethernet-a100", "scale-up only")],
+                                                                      rel=0.1)
     assert big[("pcie-ethernet-a100", "as placed")] < big[("pcie-ethernet-a100", "scale-out only")]
     with pytest.raises(SnlabError, match="collective"):
         charts.collective_frame(["dgx-h100"], "broadcast", 8)

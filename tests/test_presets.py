@@ -91,7 +91,8 @@ def test_system_with_edited_device_round_trips(tmp_path):
 def test_units_are_si_inside():
     dev = snlab.device("h100-sxm-80gb")
     assert dev.peak("bf16") == pytest.approx(989e12, rel=0.01)
-    assert dev.hbm_capacity == 80e9
+    assert dev.hbm_capacity == 81559 * 2**20      # nvidia-smi's 81559 MiB
+    assert snlab.device("h200").hbm_capacity == 141 * 2**30       # NVIDIA's "141 GB" is GiB (nvidia-smi: 140.4 GiB)
     dgx = snlab.system("dgx-h100")
     assert dgx.scale_up.bandwidth == pytest.approx(450e9)
     assert dgx.scale_out.bandwidth == pytest.approx(50e9)     # 400 Gb/s

@@ -60,10 +60,13 @@ def test_one_domain_hierarchy_is_a_ring(S, n1, a, beta, e):
 
 
 @settings(max_examples=200, deadline=None)
-@given(c=st.floats(0, 10), m=st.floats(0, 10), eps=st.floats(0, 1))
-def test_overlap_lies_between_max_and_sum(c, m, eps):
-    t = cm.overlapped_time(compute_time=c, comm_time=m, overlap=eps)
+@given(c=st.floats(0, 10), m=st.floats(0, 10), eps=st.floats(0, 1), kappa=st.floats(0, 1))
+def test_overlap_lies_between_max_and_sum(c, m, eps, kappa):
+    t = cm.overlapped_time(compute_time=c, comm_time=m, overlap=eps, overlap_contention=kappa)
     assert max(c, m) - 1e-12 <= t <= c + m + 1e-12
+    # contention only takes back part of what overlap hides
+    assert t <= cm.overlapped_time(compute_time=c, comm_time=m, overlap=eps * 0.5, overlap_contention=kappa) + 1e-12
+    assert t >= cm.overlapped_time(compute_time=c, comm_time=m, overlap=eps, overlap_contention=kappa * 0.5) - 1e-12
 
 
 @settings(max_examples=200, deadline=None)

@@ -16,8 +16,9 @@ TRILLION = dict(tp=8, pp=64, dp=6, micro_batch=1, global_batch=3072, recompute="
 
 
 def lost_fraction(r):
-    """Share of the step spent on exposed communication and the pipeline bubble."""
-    return (r.time_s["exposed_communication"] + r.time_s["bubble"]) / r.step_time_s
+    """Share of the step lost to synchronisation: exposed communication, the pipeline
+    bubble and the compute slowed by the communication hidden beside it."""
+    return (r.time_s["exposed_communication"] + r.time_s["bubble"] + r.time_s["contention"]) / r.step_time_s
 
 
 @pytest.fixture(scope="module")
@@ -30,41 +31,52 @@ def best_plans():
     return out
 
 
-def test_c4_c5_pcie_ethernet_loses_a_third_of_a_trillion_parameter_step(best_plans):
-    """C4/C5 hold: even with its best plan, the PCIe/Ethernet cluster loses >= 30% of
-    the step to exposed communication and the bubble, and its MFU sits in the
-    article's 30-40% band; the supernode loses less than half as much."""
+def test_c4_c5_hold_for_the_papers_plan_but_not_for_the_best_one(best_plans):
+    """C4/C5 hold only for a plan built for NVLink servers: with the 1T run's own plan
+    (tp 8 across PCIe, 64 stages) the PCIe/Ethernet cluster loses over 30% of the step
+    and sits in the article's 30-40% MFU band; the best plan for the cluster loses a
+    quarter and reaches about 50%. The supernode loses a fifth as much either way."""
+    paper = snlab.train("megatron-1t", "pcie-ethernet-a100", **TRILLION)
+    assert lost_fraction(paper) >= 0.30 and 0.25 <= paper.mfu <= 0.45
     pcie, cm = best_plans["pcie-ethernet-a100"], best_plans["cloudmatrix384"]
-    pcie_lost = (pcie.exposed_comm_s + pcie.time_bubble_s) / pcie.step_time_s
-    cm_lost = (cm.exposed_comm_s + cm.time_bubble_s) / cm.step_time_s
-    assert pcie_lost >= 0.30
-    assert 0.25 <= pcie.mfu <= 0.45
-    assert cm_lost < pcie_lost / 2
-    assert cm.mfu > pcie.mfu * 1.4
+
+    def lost(row):
+        return (row.exposed_comm_s + row.time_bubble_s + row.time_contention_s) / row.step_time_s
+
+    assert 0.2 <= lost(pcie) < lost_fraction(paper)
+    assert pcie.mfu > 0.45                   # outside the article's band
+    assert lost(cm) < lost(pcie) / 4
+    assert cm.mfu > pcie.mfu * 1.2
 
 
 def test_c4_same_plan_on_three_systems():
-    """Megatron's 1T plan: communication is the binding wall only on PCIe/Ethernet."""
+    """Megatron's 1T plan loses a third of its step on PCIe/Ethernet, twice the share it
+    loses on the supernode or on DGX A100; on all three the compute is still the
+    largest wall."""
     results = {s: snlab.train("megatron-1t", s, **TRILLION) for s in ("pcie-ethernet-a100", "dgx-a100", "cloudmatrix384")}
-    assert results["pcie-ethernet-a100"].limited_by == "communication"
-    assert results["dgx-a100"].limited_by == "compute"
-    assert results["cloudmatrix384"].limited_by == "compute"
-    assert lost_fraction(results["pcie-ethernet-a100"]) > 2 * lost_fraction(results["cloudmatrix384"])
+    lost = {s: lost_fraction(r) for s, r in results.items()}
+    assert lost["pcie-ethernet-a100"] > 0.3
+    assert lost["pcie-ethernet-a100"] > 2 * lost["cloudmatrix384"]
+    assert lost["pcie-ethernet-a100"] > 2 * lost["dgx-a100"]
+    assert all(r.limited_by == "compute" for r in results.values())
+    assert results["pcie-ethernet-a100"].mfu < 0.75 * results["dgx-a100"].mfu
 
 
 def test_c6_tensor_parallel_traffic_stays_inside_the_supernode():
-    """C6, bandwidth part, holds: a tensor-parallel group of 16 spans two servers on a
-    cluster but stays on the supernode's bus, so a training-size all-reduce (one layer's
-    activations of a 1T model, 105 MB) is an order of magnitude faster there."""
+    """C6, bandwidth part, holds against the PCIe/Ethernet cluster: a tensor-parallel
+    group of 16 spans two of its servers but stays on the supernode's bus, so a
+    training-size all-reduce (one layer's activations of a 1T model, 105 MB) is an order
+    of magnitude faster there. Against DGX A100 it does not: eight 200 Gb/s NICs per
+    server carry the outer phase of the pipelined two-level all-reduce about as fast as
+    NVLink carries the inner one, so the two systems take about the same time."""
     S, n = np.array(2048 * 25600 * 2.0), np.array(16.0)
     pcie = network.all_reduce(S, n, 1.0, hardware(snlab.system("pcie-ethernet-a100")))
     dgx = network.all_reduce(S, n, 1.0, hardware(snlab.system("dgx-a100")))
     cm = network.all_reduce(S, n, 1.0, hardware(snlab.system("cloudmatrix384")))
     assert pcie > 10 * cm
-    assert dgx > 1.5 * cm             # the hierarchical all-reduce sends only 1/8 across servers
-    tp16 = {s: snlab.train("megatron-1t", s, tp=16, pp=64, dp=3, micro_batch=1, global_batch=3072,
-                           recompute="full") for s in ("dgx-a100", "cloudmatrix384")}
-    assert tp16["dgx-a100"].time_s["exposed"]["tp"] > 1.5 * tp16["cloudmatrix384"].time_s["exposed"]["tp"]
+    assert dgx == pytest.approx(cm, rel=0.2)
+    inside = network.all_reduce(S, np.array(8.0), 1.0, hardware(snlab.system("dgx-a100")))
+    assert dgx == pytest.approx(inside, rel=0.3)   # the NVLink phase sets the pace
 
 
 def test_c6_latency_part_does_not_hold():

@@ -161,6 +161,11 @@ def korthikanti_eq7(B, s, L, h, V):
     return 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
 
 
+def causal_eq7(B, s, L, h, V):
+    """Eq. 7 with half the attention scores: the FLOPs a causal model needs (snlab's MFU)."""
+    return korthikanti_eq7(B, s, L, h, V) - 72 * B * s * L * h**2 * s / (6 * h) / 2
+
+
 def narayanan_eq3(B, s, L, h, V):
     """FLOPs per iteration with full activation recomputation, Narayanan et al. 2021 Eq. 3."""
     return 96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * h * L))
@@ -180,11 +185,13 @@ def test_mfu_is_korthikanti_eq7_over_time_devices_peak(layers, hidden, heads, tp
     # Eq. 7 counts the full s x s scores, as Megatron-LM's kernels of the time computed them
     r = snlab.train(model, "dgx-a100", tp=tp, pp=pp, dp=dp, micro_batch=b, global_batch=B, recompute="full",
                     flash_attention=False)
-    flops = korthikanti_eq7(B, model.seq_len, layers, hidden, model.vocab_size)
+    palm = korthikanti_eq7(B, model.seq_len, layers, hidden, model.vocab_size)
+    flops = causal_eq7(B, model.seq_len, layers, hidden, model.vocab_size)
     n = tp * pp * dp
     assert r.devices == n
     assert r.mfu == pytest.approx(flops / (r.step_time_s * n * peak("dgx-a100")), rel=1e-9)
     assert r.model_tflops_per_device == pytest.approx(flops / r.step_time_s / n / 1e12, rel=1e-9)
+    assert r.palm_tflops_per_device == pytest.approx(palm / r.step_time_s / n / 1e12, rel=1e-9)
 
 
 @pytest.mark.parametrize("layers, hidden, heads, tp, pp, dp, b, B", GPT_CASES)
@@ -195,24 +202,29 @@ def test_hfu_over_mfu_with_full_recomputation_is_eq3_over_eq7(layers, hidden, he
     s, V = model.seq_len, model.vocab_size
     expected = narayanan_eq3(B, s, layers, hidden, V) / korthikanti_eq7(B, s, layers, hidden, V)
     assert 1.25 < expected < 4 / 3          # below 4/3: the logits are not recomputed
-    assert r.hfu / r.mfu == pytest.approx(expected, rel=1e-9)
-    assert r.hardware_tflops_per_device / r.model_tflops_per_device == pytest.approx(expected, rel=1e-9)
+    # materialised scores: the hardware runs the full square, as Eq. 3 and Eq. 7 count it
+    assert r.hardware_tflops_per_device / r.palm_tflops_per_device == pytest.approx(expected, rel=1e-9)
+    assert r.hfu / r.mfu > expected
 
 
-def test_hfu_equals_mfu_without_any_recomputation():
-    """Scores materialised and nothing recomputed: the hardware runs the model FLOPs."""
+def test_without_recomputation_the_hardware_runs_the_full_square_of_scores():
+    """Scores materialised and nothing recomputed: the hardware runs the model FLOPs plus
+    the masked half of the scores, which is exactly PaLM's count."""
     r = snlab.train(gpt(24, 2304, 24), "dgx-a100", tp=1, dp=8, micro_batch=4, global_batch=512,
                     recompute="none", flash_attention=False)
-    assert r.hfu == pytest.approx(r.mfu, rel=1e-12)
+    assert r.hardware_tflops_per_device == pytest.approx(r.palm_tflops_per_device, rel=1e-12)
+    assert r.mfu < r.hfu
 
 
 def test_selective_recomputation_costs_between_none_and_full():
     model = gpt(48, 6144, 64)
     plan = dict(tp=8, dp=4, micro_batch=1, global_batch=64, flash_attention=False)
     ratios = {rc: snlab.train(model, "dgx-a100", recompute=rc, **plan) for rc in ("none", "selective", "full")}
-    assert ratios["none"].hfu / ratios["none"].mfu == pytest.approx(1.0, rel=1e-12)
-    sel = ratios["selective"].hfu / ratios["selective"].mfu
-    full = ratios["full"].hfu / ratios["full"].mfu
+    def executed_over_palm(r):
+        return r.hardware_tflops_per_device / r.palm_tflops_per_device
+
+    assert executed_over_palm(ratios["none"]) == pytest.approx(1.0, rel=1e-12)
+    sel, full = executed_over_palm(ratios["selective"]), executed_over_palm(ratios["full"])
     assert 1.0 < sel < full
     # MFU counts no recomputation: more recomputation, same model FLOPs, more time
     assert ratios["none"].step_time_s < ratios["selective"].step_time_s < ratios["full"].step_time_s
@@ -222,7 +234,7 @@ def test_fp8_precision_divides_by_the_fp8_peak():
     model = gpt(96, 12288, 96)
     plan = dict(tp=8, pp=8, dp=2, micro_batch=1, global_batch=64, recompute="full", flash_attention=False)
     r = snlab.train(model, "dgx-h100", precision="fp8", **plan)
-    flops = korthikanti_eq7(64, model.seq_len, 96, 12288, model.vocab_size)
+    flops = causal_eq7(64, model.seq_len, 96, 12288, model.vocab_size)
     assert r.mfu == pytest.approx(flops / (r.step_time_s * 128 * peak("dgx-h100", "fp8")), rel=1e-9)
     bf16 = snlab.train(model, "dgx-h100", precision="bf16", **plan)
     assert r.step_time_s < bf16.step_time_s          # twice the peak: faster matmuls
@@ -304,7 +316,7 @@ BAD_VALUES = [  # (plan change, field, phrase of the allowed values)
     (dict(recompute="sometimes"), "recompute", "none, selective, full"),
     (dict(overlap="dp=2"), "overlap", "[0, 1]"),
     (dict(overlap="often"), "overlap", "none, gradients, standard, all"),
-    (dict(overlap="dp=1,xx=0.5"), "overlap", "dp, tp, pp, ep, cp"),
+    (dict(overlap="dp=1,xx=0.5"), "overlap", "dp, zero, tp, pp, ep, cp, offload"),
     (dict(offload="disk"), "offload", "none, optimizer, activations, both"),
     (dict(grad_dtype="fp8"), "grad_dtype", "bf16, fp32"),
     (dict(sequence_parallel="yes"), "sequence_parallel", "true or false"),
@@ -700,16 +712,17 @@ def test_a_search_where_nothing_fits_is_empty():
     assert len(df) == 0
 
 
-def test_causal_flash_attention_counts_half_the_scores():
-    """With causal FlashAttention the scores above the diagonal are neither computed
-    nor counted: model FLOPs drop by half of Eq. 7's attention term."""
+def test_model_flops_do_not_depend_on_the_attention_kernel():
+    """MFU's model FLOPs are the model's: half of Eq. 7's attention term (causal), with
+    FlashAttention or with the scores materialised; PaLM's count keeps the full term;
+    what the hardware executes differs with the kernel."""
     model = gpt(48, 6144, 64)
     plan = dict(tp=8, dp=4, micro_batch=1, global_batch=64, recompute="none")
-    flash = snlab.train(model, "dgx-a100", flash_attention=True, **plan)
-    full = snlab.train(model, "dgx-a100", flash_attention=False, **plan)
+    runs = {fa: snlab.train(model, "dgx-a100", flash_attention=fa, **plan) for fa in (True, False)}
     s, V, L, h = model.seq_len, model.vocab_size, 48, 6144
-    eq7 = korthikanti_eq7(64, s, L, h, V)
-    attention = 72 * 64 * s * L * h**2 * s / (6 * h)
-    got = flash.model_tflops_per_device * 1e12 * flash.step_time_s * flash.devices
-    assert got == pytest.approx(eq7 - attention / 2, rel=1e-9)
-    assert full.model_tflops_per_device * 1e12 * full.step_time_s * full.devices == pytest.approx(eq7, rel=1e-9)
+    for r in runs.values():
+        seconds = r.step_time_s * r.devices * 1e12
+        assert r.model_tflops_per_device * seconds == pytest.approx(causal_eq7(64, s, L, h, V), rel=1e-9)
+        assert r.palm_tflops_per_device * seconds == pytest.approx(korthikanti_eq7(64, s, L, h, V), rel=1e-9)
+    executed = {fa: r.hardware_tflops_per_device * r.step_time_s for fa, r in runs.items()}
+    assert executed[True] != pytest.approx(executed[False], rel=1e-6)

@@ -36,5 +36,5 @@ def test_readme_summary_matches_the_table():
         assert line is not None, f"README lacks the summary row for {row.kind} / {row.source}"
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[2] == str(row.runs)
-        assert cells[3] == f"{row.median_abs_error:.1%}" and cells[4] == f"{row.worst_abs_error:.1%}"
-        assert cells[5] == f"{row.within}/{row.runs}"
+        assert cells[3] == f"{row.median_abs_error:.1%}" and cells[4] == f"{row.median_error:+.1%}"
+        assert cells[5] == f"{row.worst_abs_error:.1%}" and cells[6] == f"{row.within}/{row.runs}"

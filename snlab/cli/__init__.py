@@ -11,11 +11,11 @@ import os
 import sys
 
 from ..errors import SnlabError
-from . import compare, evidence, formulas, presets, search, serve, symbols, train
+from . import collective, compare, evidence, formulas, presets, search, serve, symbols, train
 from .common import Parser
 
 #: the subcommand modules, each with ``register(subparsers)``, in the order of ``--help``
-COMMANDS = (presets, symbols, formulas, train, compare, search, serve, evidence)
+COMMANDS = (presets, symbols, formulas, train, compare, search, serve, collective, evidence)
 
 
 def build_parser() -> Parser:

@@ -18,6 +18,8 @@ ROWS = [
     ("exposed EP comm", lambda r: fmt_seconds(r.time_s["exposed"]["ep"])),
     ("exposed PP sends", lambda r: fmt_seconds(r.time_s["exposed"]["pp"])),
     ("exposed DP grads", lambda r: fmt_seconds(r.time_s["exposed"]["dp"])),
+    ("exposed ZeRO/FSDP", lambda r: fmt_seconds(r.time_s["exposed"]["zero"])),
+    ("overlap contention", lambda r: fmt_seconds(r.time_s["contention"])),
     ("pipeline bubble", lambda r: fmt_seconds(r.time_s["bubble"])),
     ("offload", lambda r: fmt_seconds(r.time_s["offload"])),
     ("memory/device", lambda r: fmt_bytes(r.memory_bytes_per_device["total"])),

@@ -37,7 +37,7 @@ PresetLike = Union[str, Path, Device, System, Model]
 # --- reading numbers ------------------------------------------------------------------
 
 def _number(raw: Any, dimension: str, field: str, defaults: dict) -> tuple[float, Provenance]:
-    unit_dim = {"count": "count", "count0": "count"}.get(dimension, dimension)
+    unit_dim = {"count": "count", "count0": "count", "bytes0": "bytes", "fraction0": "1"}.get(dimension, dimension)
     meta = {k: defaults.get(k, "") for k in schema.META}
     if isinstance(raw, dict):
         unknown = set(raw) - {"value", "unit", *schema.META}
@@ -54,7 +54,7 @@ def _number(raw: Any, dimension: str, field: str, defaults: dict) -> tuple[float
     elif isinstance(raw, str):
         si, value, unit = parse_quantity(raw, unit_dim, field)
     elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        if unit_dim not in ("1", "count"):
+        if unit_dim not in ("1", "count") and not (raw == 0 and dimension in ("bytes0", "fraction0")):
             raise SnlabError(field, f"{raw!r} has no unit", f"a quantity with a unit of {dimension}, e.g. '80 GB'")
         si, value, unit = float(raw), raw, ""
     else:
@@ -135,6 +135,9 @@ def _device(doc: dict, where: str, base=None, depth: int = 0) -> Device:
         gemm_efficiency=cal["gemm_efficiency"], memory_efficiency=cal["memory_efficiency"],
         sustained_clock=cal.get("sustained_clock", 1.0), dies=head.get("dies", 1),
         decode_attention_efficiency=cal.get("decode_attention_efficiency", 0.0),
+        memory_reserve=cal["memory_reserve"], allocator_efficiency=cal["allocator_efficiency"],
+        overlap_contention=cal["overlap_contention"], gemm_efficiency_fp8=cal.get("gemm_efficiency_fp8", 0.0),
+        flash_attention_efficiency=cal.get("flash_attention_efficiency", 0.0),
         provenance=MappingProxyType(prov))
 
 

@@ -13,7 +13,7 @@ from .. import schema
 from ..specs import Device, Model, Provenance, System
 from . import loader
 
-_SI_UNIT = {"bytes": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
+_SI_UNIT = {"bytes": "B", "bytes0": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
 
 
 def _q(text: str) -> str:

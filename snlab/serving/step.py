@@ -298,13 +298,15 @@ class Stage:
 def stage(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, tok, ctx, kv_bytes, share, logits,
           prefill: bool) -> Stage:
     """With two micro-batches a fraction ``ep_overlap`` of the expert all-to-all hides
-    behind the other half's compute (two-batch overlap); every weight is read once per half."""
+    behind the other half's compute (two-batch overlap), slowing that compute by
+    ``overlap_contention`` per second hidden; every weight is read once per half."""
     mb = dep.microbatches
     part = forward_pass(ss, dep, hw, w, tok / mb, ctx, kv_bytes / mb, share, logits / mb, prefill)
     compute = mb * (part.dense + part.expert + part.attention)
     ep = mb * part.ep
     overlap = np.where(mb > 1, dep.ep_overlap, 0.0)   # one batch has nothing to hide behind
-    body = cm.overlapped_time(compute_time=compute, comm_time=ep, overlap=overlap)
+    body = cm.overlapped_time(compute_time=compute, comm_time=ep, overlap=overlap,
+                              overlap_contention=hw.overlap_contention)
     return Stage(parts=part.scaled(mb), ep_exposed=body - compute, time=body + mb * part.tp)
 
 

@@ -19,19 +19,34 @@ from ..grid import first_broken
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
 OFFLOAD = {"none": 0, "optimizer": 1, "activations": 2, "both": 3}
 GRAD_DTYPE_BYTES = {"bf16": 2, "fp32": 4}
-OVERLAP_CLASSES = ("dp", "tp", "pp", "ep", "cp", "offload")
-#: named overlap levels: the fraction of each class of communication hidden behind compute
+#: classes of communication, each with its own overlap level: the once-per-step
+#: data-parallel gradient reduction and weight gather (dp), the per-micro-batch traffic
+#: of sharded states under ZeRO-2/3 and FSDP (zero), tensor, pipeline, expert and context
+#: parallelism, and activation offload
+OVERLAP_CLASSES = ("dp", "zero", "tp", "pp", "ep", "cp", "offload")
+#: named overlap levels: the fraction of each class's hideable time hidden behind compute.
+#: What a class can hide at all is structural (snlab.training.step.schedule): one chunk of
+#: data-parallel and ZeRO traffic always shows, pipeline sends overlap only with virtual
+#: stages, tensor-parallel collectives only with sequence parallelism. "standard" is how
+#: Megatron-Core and NeMo run today (nemo-comm-overlap): --overlap-grad-reduce and
+#: --overlap-param-gather, FSDP/ZeRO-3 prefetching the next layer, --tp-comm-overlap
+#: whose pipelined reduce-scatter splits the GEMM into 4 chunks (the last one shows:
+#: 3/4), p2p overlap with virtual stages, ring attention behind the attention blocks,
+#: offload streams beside compute. Expert all-to-all: half.
 OVERLAP_PRESETS = {
     "none": dict.fromkeys(OVERLAP_CLASSES, 0.0),
-    "gradients": {**dict.fromkeys(OVERLAP_CLASSES, 0.0), "dp": 1.0},
-    "standard": {"dp": 1.0, "tp": 0.0, "pp": 0.5, "ep": 0.5, "cp": 1.0, "offload": 1.0},
+    "gradients": {**dict.fromkeys(OVERLAP_CLASSES, 0.0), "dp": 1.0, "zero": 1.0},
+    "standard": {"dp": 1.0, "zero": 1.0, "tp": 0.75, "pp": 1.0, "ep": 0.5, "cp": 1.0, "offload": 1.0},
     "all": dict.fromkeys(OVERLAP_CLASSES, 1.0),
 }
 
 #: plan fields, their defaults, and what they accept (for errors and the CLI)
 DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, zero=1,
                 recompute="selective", sequence_parallel=None, interleave=1, overlap="standard",
-                offload="none", grad_dtype="fp32", seq_len=None, flash_attention=True, optimizer_bytes=12)
+                offload="none", grad_dtype="bf16", seq_len=None, flash_attention=True, optimizer_bytes=12)
+#: grad_dtype "bf16": Megatron-Core reduces and keeps gradients in bf16 unless told otherwise
+#: (DistributedDataParallelConfig.grad_reduce_in_fp32 = False; NeMo's performance recipes);
+#: the Megatron-LM runs of 2021-2022 kept fp32 gradients and say so in their plans
 ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                pp="a whole number from 1 to the number of layers",
                dp="a whole number >= 1", ep="a whole number >= 1 dividing dp x cp and the experts",
@@ -39,7 +54,7 @@ ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                micro_batch="a whole number >= 1", global_batch="a multiple of micro_batch x dp",
                zero="0, 1, 2 or 3", recompute="none, selective, full",
                sequence_parallel="true or false", interleave="a whole number >= 1",
-               overlap="none, gradients, standard, all, or class=level pairs (dp, tp, pp, ep, cp, offload) in [0, 1]",
+               overlap="none, gradients, standard, all, or class=level pairs (dp, zero, tp, pp, ep, cp, offload) in [0, 1]",
                offload="none, optimizer, activations, both", precision="a precision the device supports",
                grad_dtype="bf16, fp32", seq_len="a whole number >= 1",
                flash_attention="true or false", optimizer_bytes="a number >= 0 (12 for Adam)")
@@ -69,6 +84,7 @@ class Plan:
     flash_attention: np.ndarray
     optimizer_bytes: np.ndarray
     overlap_dp: np.ndarray
+    overlap_zero: np.ndarray
     overlap_tp: np.ndarray
     overlap_pp: np.ndarray
     overlap_ep: np.ndarray

@@ -34,7 +34,7 @@ SYSTEM_FIELDS = (
     "scale_up_call_latency", "scale_out_bandwidth", "scale_out_latency", "scale_out_efficiency",
     "scale_out_call_latency", "host_bandwidth", "host_capacity", "pool_bandwidth", "pool_capacity",
     "peak_flops", "hbm_bandwidth", "hbm_capacity", "gemm_efficiency", "memory_efficiency",
-    "sustained_clock",
+    "sustained_clock", "memory_reserve", "allocator_efficiency", "overlap_contention",
 )
 OVERLAP_FIELDS = tuple(f"overlap_{c}" for c in pl.OVERLAP_CLASSES)
 #: rows of a sweep that are valid but do not fit, after the rules' reasons
@@ -222,7 +222,7 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     for key, col in out.items():
         data[key] = np.broadcast_to(col, (n,))
     code = np.where(valid, 0, broken + 1).astype(np.int64)
-    fits_dev = out["memory_total_bytes"] <= np.broadcast_to(out["memory_capacity_bytes"], (n,))
+    fits_dev = out["memory_total_bytes"] <= np.broadcast_to(out["memory_usable_bytes"], (n,))
     code = np.where(valid & ~fits_dev, len(pl.RULES) + 1, code)
     code = np.where(valid & fits_dev & ~np.broadcast_to(out["fits"], (n,)), len(pl.RULES) + 2, code)
     data["valid"] = valid

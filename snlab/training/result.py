@@ -9,9 +9,10 @@ from ..specs import Model, System
 from ..units import fmt_bytes, fmt_seconds
 from . import plan as pl
 
-TIME_PARTS = ("compute", "recompute", "tp", "ep", "cp", "pp", "dp", "bubble", "optimizer", "offload")
-EXPOSED = ("tp", "ep", "cp", "pp", "dp", "offload")
-MEMORY_PARTS = ("weights", "grads", "optimizer", "activations")
+TIME_PARTS = ("compute", "recompute", "tp", "ep", "cp", "pp", "dp", "zero", "bubble", "optimizer", "offload",
+              "contention")
+EXPOSED = ("tp", "ep", "cp", "pp", "dp", "zero", "offload")
+MEMORY_PARTS = ("weights", "grads", "optimizer", "activations", "buffers")
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,10 @@ class TrainResult(Result):
     mfu: float
     hfu: float
     model_tflops_per_device: float
+    palm_tflops_per_device: float
     hardware_tflops_per_device: float
     tokens_per_s: float
+    tokens_per_s_per_device: float
     fits: bool
     limited_by: str
     reason: str
@@ -57,6 +60,7 @@ class TrainResult(Result):
         time_s["exposed_communication"] = float(row["exposed_comm_s"])
         memory = {p: float(row[f"memory_{p}_bytes"]) for p in MEMORY_PARTS}
         memory.update(total=float(row["memory_total_bytes"]), capacity=float(row["memory_capacity_bytes"]),
+                      usable=float(row["memory_usable_bytes"]), headroom=float(row["memory_headroom_bytes"]),
                       offloaded=float(row["memory_offloaded_bytes"]))
         fits = bool(row["fits"])
         walls = {"compute": row["wall_compute_s"], "communication": row["wall_communication_s"],
@@ -64,8 +68,10 @@ class TrainResult(Result):
         return cls(model=model.name, system=system.name, precision=precision, plan=plan,
                    devices=int(row["devices"]), step_time_s=float(row["step_time_s"]), mfu=float(row["mfu"]),
                    hfu=float(row["hfu"]), model_tflops_per_device=float(row["model_tflops_per_device"]),
+                   palm_tflops_per_device=float(row["palm_tflops_per_device"]),
                    hardware_tflops_per_device=float(row["hardware_tflops_per_device"]),
-                   tokens_per_s=float(row["tokens_per_s"]), fits=fits,
+                   tokens_per_s=float(row["tokens_per_s"]), tokens_per_s_per_device=float(row["tokens_per_s_per_device"]),
+                   fits=fits,
                    limited_by="memory" if not fits else max(walls, key=walls.get),
                    reason=_reason(system, memory, fits, row), time_s=time_s, memory_bytes_per_device=memory,
                    bubble_fraction=float(row["bubble_fraction"]), micro_batches=int(round(row["micro_batches"])))
@@ -86,18 +92,23 @@ class TrainResult(Result):
             ("step time", fmt_seconds(self.step_time_s)),
             ("MFU / HFU", f"{self.mfu:.1%} / {self.hfu:.1%}"),
             ("TFLOP/s per device (model / hardware)",
-             f"{self.model_tflops_per_device:.1f} / {self.hardware_tflops_per_device:.1f}"),
-            ("tokens per second", f"{self.tokens_per_s:,.0f}"),
+             f"{self.model_tflops_per_device:.1f} / {self.hardware_tflops_per_device:.1f} "
+             f"(model FLOPs with the attention scores in full, as PaLM counts them: "
+             f"{self.palm_tflops_per_device:.1f})"),
+            ("tokens per second", f"{self.tokens_per_s:,.0f} ({self.tokens_per_s_per_device:,.0f} per device)"),
             ("memory per device", f"{fmt_bytes(self.memory_bytes_per_device['total'])} "
                                   f"({'fits' if self.fits else 'does NOT fit'}: {self.reason})"),
             ("limited by", self.limited_by),
             ("compute (incl. recompute)", fmt_seconds(t["compute"])),
         ]
         for part, label in (("tp", "tensor-parallel comm"), ("ep", "expert all-to-all"), ("cp", "context-parallel comm"),
-                            ("pp", "pipeline sends"), ("dp", "data-parallel gradients"), ("offload", "offload")):
+                            ("pp", "pipeline sends"), ("dp", "data-parallel gradients and weights"),
+                            ("zero", "ZeRO / FSDP per micro-batch"), ("offload", "offload")):
             if t[part] > 0:
                 rows.append((label, f"{fmt_seconds(t[part])} (exposed {fmt_seconds(t['exposed'][part])})"))
         rows.append(("pipeline bubble", f"{fmt_seconds(t['bubble'])} ({self.bubble_fraction:.1%} of ideal)"))
+        if t["contention"] > 0:
+            rows.append(("compute lost to overlap contention", fmt_seconds(t["contention"])))
         rows.append(("optimizer step", fmt_seconds(t["optimizer"])))
         for part in MEMORY_PARTS:
             rows.append((f"  memory: {part}", fmt_bytes(self.memory_bytes_per_device[part])))
@@ -105,10 +116,11 @@ class TrainResult(Result):
 
 
 def _reason(system: System, memory: dict, fits: bool, row: dict) -> str:
-    if memory["total"] > memory["capacity"]:
+    if memory["total"] > memory["usable"]:
         return (f"needs {fmt_bytes(memory['total'])} per device; {system.device.name} has "
-                f"{fmt_bytes(memory['capacity'])}")
+                f"{fmt_bytes(memory['usable'])} usable of {fmt_bytes(memory['capacity'])}")
     if not fits:
         return (f"offloads {fmt_bytes(memory['offloaded'])} per device; "
                 f"{'the pool' if system.pool else 'host memory'} gives {fmt_bytes(row['offload_capacity_bytes'])}")
-    return f"uses {memory['total'] / memory['capacity']:.0%} of {fmt_bytes(memory['capacity'])}"
+    return (f"uses {memory['total'] / memory['usable']:.0%} of the {fmt_bytes(memory['usable'])} usable "
+            f"({fmt_bytes(memory['headroom'])} to spare)")

@@ -40,7 +40,9 @@ from ..walls import memory as mw
 from .plan import Plan
 
 #: the classes of communication, in the order the outputs list them
-COMM_CLASSES = ("tp", "ep", "cp", "pp", "dp", "offload")
+COMM_CLASSES = ("tp", "ep", "cp", "pp", "dp", "zero", "offload")
+#: the classes that are network communication (offload moves memory)
+EXPOSED_COMM = ("tp", "ep", "cp", "pp", "dp", "zero")
 
 
 @dataclass(frozen=True)
@@ -131,8 +133,11 @@ def compute(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, act: Activ
         experts = 0.0
     score_flops = cw.attention_score_flops(layers=1.0, heads=sizes.heads, head_dim=sizes.attention_head_dim,
                                            context_len=lay.context) * tok / t
-    attention = cw.roofline_time(flops=score_flops, bytes_moved=0.0, **roof)
-    elementwise = cw.roofline_time(flops=0.0, bytes_moved=2 * act.kept, **roof)   # written, then read
+    attention = cw.roofline_time(flops=score_flops, bytes_moved=0.0, **hw.attention_roofline(plan.flash_attention))
+    # every stored activation written, then read; in FP8 each matrix multiply's input and
+    # output gradient is also cast (and transposed) on its way in, a third of it forward
+    elementwise = cw.roofline_time(flops=0.0, bytes_moved=2 * act.kept + hw.cast_bytes * gemm_elements(sizes, plan)
+                                   / 3 * lay.tokens, **roof)
     layer_forward = dense + experts + attention + elementwise
     logits_bytes = mw.logits_memory(seq_len=plan.seq_len / plan.cp, micro_batch=plan.micro_batch,
                                     vocab_size=sizes.vocab_size, tp=t, logit_bytes=4.0)
@@ -150,6 +155,17 @@ def compute(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, act: Activ
     return Compute(dense_gemm=dense, expert_gemm=experts, attention=attention, elementwise=elementwise,
                    layer_forward=layer_forward, logits=logits, stage_forward=stage_forward, recompute=recompute,
                    per_microbatch=3 * stage_forward + recompute)
+
+
+def gemm_elements(sizes: ModelSizes, plan: Plan):
+    """Elements per token and layer that enter a layer's matrix multiplies in training
+    and would be cast to FP8: forward, the inputs of the QKV, output-projection, MLP-in
+    and MLP-out GEMMs (3 h + a d_h + f_act); backward, the gradients of their outputs
+    (a d_h + 2 a_kv d_h, h, (n_mlp - 1) f_act, h), split by tensor parallelism."""
+    h, f = sizes.hidden_size, sizes.ffn_activation_width
+    q = sizes.heads * sizes.activation_head_dim
+    kv = 2 * sizes.activation_kv_heads * sizes.activation_head_dim
+    return (3 * h + q + f + q + kv + 2 * h + (sizes.mlp_matrices - 1) * f) / plan.tp
 
 
 def tensor_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
@@ -223,36 +239,52 @@ def parameters(sizes: ModelSizes, plan: Plan, lay: Layout) -> Parameters:
 
 @dataclass(frozen=True)
 class DataParallel:
-    """Data-parallel and ZeRO traffic [s]: per micro-batch (ZeRO-2's gradient
-    reduce-scatter after each backward; ZeRO-3's weight gathers for forward and
-    backward and its reduce-scatter) and once per step (ZeRO-0's all-reduce; ZeRO-1's
-    reduce-scatter; ZeRO-1 and 2's gather of the updated weights)."""
+    """Data-parallel and ZeRO traffic [s]. Per micro-batch, of sharded states (class
+    ``zero``): ZeRO-2's gradient reduce-scatter after each backward pass; ZeRO-3 / FSDP's
+    two weight gathers (before the forward and before the backward, which also serves
+    the recomputation) and its gradient reduce-scatter, layer by layer. Once per step
+    (class ``dp``): ZeRO-0's all-reduce, or ZeRO-1's reduce-scatter, of the gradients
+    (``reduce``); ZeRO-1 and 2's all-gather of the updated weights (``gather``). Each
+    collective is issued per layer (per model chunk with pipeline parallelism, as
+    Megatron-Core buckets them), paying its call latency on its own group."""
 
     per_microbatch: np.ndarray
-    per_step: np.ndarray
+    reduce: np.ndarray
+    gather: np.ndarray
+    chunks: np.ndarray
 
 
-def data_parallel(plan: Plan, hw: Hardware, params: Parameters) -> DataParallel:
-    gather_weights = sum(net.reduce_scatter(P * 2.0, n, stride, hw) for P, n, stride in params.groups)
-    scatter_grads = sum(net.reduce_scatter(P * plan.grad_bytes, n, stride, hw) for P, n, stride in params.groups)
-    reduce_grads = sum(net.all_reduce(P * plan.grad_bytes, n, stride, hw) for P, n, stride in params.groups)
+def data_parallel(plan: Plan, hw: Hardware, lay: Layout, params: Parameters) -> DataParallel:
+    # per-step collectives go in one call per model chunk (pp > 1) or per layer (pp = 1)
+    # (nemo-comm-overlap); ZeRO's per-micro-batch ones layer by layer
+    chunks = np.where(plan.pp > 1, plan.interleave, lay.stage_layers)
+
+    def calls(op, bytes_per_param, n_calls):
+        return sum(n_calls * op(P * bytes_per_param / n_calls, n, stride, hw) for P, n, stride in params.groups)
+
+    layers = lay.stage_layers
     z = plan.zero_stage
-    per_mb = np.where(z == 3, 2 * gather_weights + scatter_grads, np.where(z == 2, scatter_grads, 0.0))
-    per_step = np.where(z == 0, reduce_grads,
-                        np.where(z == 3, 0.0, np.where(z == 1, scatter_grads, 0.0) + gather_weights))
-    return DataParallel(per_microbatch=per_mb, per_step=per_step)
+    zero = np.where(z == 3, 2 * calls(net.reduce_scatter, 2.0, layers) + calls(net.reduce_scatter, plan.grad_bytes,
+                                                                                 layers),
+                    np.where(z == 2, calls(net.reduce_scatter, plan.grad_bytes, layers), 0.0))
+    reduce = np.where(z == 0, calls(net.all_reduce, plan.grad_bytes, chunks),
+                      np.where(z == 1, calls(net.reduce_scatter, plan.grad_bytes, chunks), 0.0))
+    gather = np.where((z == 1) | (z == 2), calls(net.reduce_scatter, 2.0, chunks), 0.0)
+    return DataParallel(per_microbatch=zero, reduce=reduce, gather=gather, chunks=chunks)
 
 
 @dataclass(frozen=True)
 class Memory:
     """Memory per device before offload [bytes]: model states (ZeRO, Rajbhandari et
     al. 2019), the activations of the most loaded stage (Korthikanti et al. 2022
-    Sec. 4.2.3) and one layer's activations per micro-batch as recomputation keeps them."""
+    Sec. 4.2.3), the buffers of gathered weights and unreduced gradients that ZeRO-2/3 and
+    FSDP work with, and one layer's activations per micro-batch as recomputation keeps them."""
 
     weights: np.ndarray
     grads: np.ndarray
     optimizer: np.ndarray
     activations: np.ndarray
+    buffers: np.ndarray
     per_layer: np.ndarray
 
 
@@ -265,6 +297,12 @@ def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params:
 
     r = plan.recompute
     per_layer = np.where(r == 2, act.full, np.where(r == 1, act.selective, act.kept))
+    # ZeRO-3 / FSDP hold the current and the prefetched layer's gathered 16-bit weights and
+    # one layer's full gradients before their reduce-scatter (PyTorch FSDP's
+    # limit_all_gathers: two units at a time); ZeRO-2 one layer's gradient bucket
+    layer_params = params.total / lay.stage_layers
+    buffers = np.where(plan.zero_stage == 3, layer_params * (2 * 2.0 + plan.grad_bytes),
+                       np.where(plan.zero_stage == 2, layer_params * plan.grad_bytes, 0.0))
     # the layer being recomputed holds its full activations (full), or its attention
     # scores again (selective without FlashAttention) while its backward runs
     working = np.where(r == 2, act.kept, np.where(r == 1, act.kept - act.selective, 0.0))
@@ -276,7 +314,7 @@ def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params:
     last = per_layer * lay.stage_layers + logits
     acts = np.maximum(np.where(plan.pp > 1, first, first + logits), last) + working
     return Memory(weights=states(mw.weight_memory), grads=states(mw.grad_memory),
-                  optimizer=states(mw.optimizer_memory), activations=acts, per_layer=per_layer)
+                  optimizer=states(mw.optimizer_memory), activations=acts, buffers=buffers, per_layer=per_layer)
 
 
 @dataclass(frozen=True)
@@ -329,7 +367,8 @@ def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Paramete
 class Schedule:
     """The step [s]: one micro-batch with its overlapped communication, the bubble, the
     exposed once-per-step data-parallel traffic, the optimizer and its offload; with
-    what each class of communication leaves exposed over the step."""
+    what each class of communication leaves exposed over the step, and the compute time
+    lost to contention with what was hidden."""
 
     microbatch: np.ndarray
     bubble_fraction: np.ndarray
@@ -337,76 +376,120 @@ class Schedule:
     dp_exposed: np.ndarray
     step: np.ndarray
     exposed: dict
+    contention: np.ndarray
 
 
-def schedule(plan: Plan, lay: Layout, comp: Compute, comm: dict, dp: DataParallel, off: Offload) -> Schedule:
-    """Per micro-batch, each class of communication hides behind compute up to its
-    overlap level (ring attention only behind the attention blocks); the classes share
-    one overlapped time (``overlapped_time``). The once-per-step data-parallel traffic
-    hides behind the last micro-batch's backward pass."""
-    m = lay.micro_batches
-    parts = dict(comm, dp=dp.per_microbatch, offload=off.activation_transfer)
+def hideable(plan: Plan, lay: Layout, comp: Compute, comm: dict) -> dict:
+    """What each per-micro-batch class could hide at its overlap level [s]: behind the
+    micro-batch's compute (ring attention behind the attention blocks only), never the
+    part that must show. One layer's ZeRO/FSDP collectives show (the first gather, the
+    last reduce-scatter); tensor-parallel collectives overlap only with sequence
+    parallelism (Transformer Engine's userbuffers); pipeline sends only with virtual
+    stages (Megatron-Core's overlap_p2p_comm)."""
     attention_window = lay.stage_layers * (3 + (plan.recompute == 2)) * comp.attention
-    hideable = {x: plan.overlap(x) * np.minimum(parts[x], attention_window if x == "cp" else comp.per_microbatch)
-                for x in parts}
+    can = {"tp": plan.sequence_parallel > 0, "pp": plan.interleave > 1}
+    shows = {"zero": comm["zero"] / lay.stage_layers}
+    out = {}
+    for x, time in comm.items():
+        window = attention_window if x == "cp" else comp.per_microbatch
+        level = plan.overlap(x) * can.get(x, True)
+        out[x] = level * np.minimum(np.maximum(time - shows.get(x, 0.0), 0.0), window)
+    return out
+
+
+def schedule(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict, dp: DataParallel,
+             off: Offload) -> Schedule:
+    """Per micro-batch, each class hides what :func:`hideable` allows, together never more
+    than the compute; every second hidden costs the compute ``overlap_contention``
+    (``overlapped_time``). The once-per-step gradient reduction hides behind the last
+    micro-batch's backward pass and the weight gather behind the first one's forward,
+    each but one chunk (nemo-comm-overlap: 'exposes only one DP communication chunk')."""
+    m, kappa = lay.micro_batches, hw.overlap_contention
+    parts = dict(comm, offload=off.activation_transfer)
+    can = hideable(plan, lay, comp, parts)
     comm_mb = sum(parts.values())
-    total_hideable = sum(hideable.values())
-    # one effective overlap level: hides min(hideable, compute), never more than either
+    hidden = np.minimum(sum(can.values()), comp.per_microbatch)
     shorter = np.minimum(comp.per_microbatch, comm_mb)
-    level = np.where(shorter > 0, np.minimum(total_hideable, comp.per_microbatch) / np.where(shorter > 0, shorter, 1.0),
-                     0.0)
-    mb_time = cm.overlapped_time(compute_time=comp.per_microbatch, comm_time=comm_mb, overlap=level)
-    hidden = comp.per_microbatch + comm_mb - mb_time     # shared out in proportion to what is hideable
+    level = np.where(shorter > 0, hidden / np.where(shorter > 0, shorter, 1.0), 0.0)
+    mb_time = cm.overlapped_time(compute_time=comp.per_microbatch, comm_time=comm_mb, overlap=level,
+                                 overlap_contention=kappa)
+    total_can = sum(can.values())
+    exposed = {x: m * (parts[x] - hidden * np.where(total_can > 0, can[x] / np.where(total_can > 0, total_can, 1.0),
+                                                      0.0)) for x in parts}
+    dp_time, dp_hidden = _dp_step(plan, comp, dp)
+    # the hidden part of the step's data-parallel traffic runs beside compute as long as itself
+    dp_exposed = cm.overlapped_time(compute_time=dp_hidden, comm_time=dp_time, overlap=1.0,
+                                    overlap_contention=kappa) - dp_hidden
+    exposed["dp"] = dp_time - dp_hidden
     bubble_fraction = cw.pipeline_bubble_fraction(pp=plan.pp, interleave=plan.interleave, micro_batches=m)
-    window = mb_time * 2 / 3                             # the backward pass of the last micro-batch
-    dp_exposed = cm.overlapped_time(compute_time=window, comm_time=dp.per_step, overlap=plan.overlap_dp) - window
-    dp_exposed = np.where(dp_exposed > 1e-12 * window, dp_exposed, 0.0)   # drop rounding residue
-    exposed = {}
-    for x in parts:
-        share = np.where(total_hideable > 0, hideable[x] / np.where(total_hideable > 0, total_hideable, 1.0), 0.0)
-        exposed[x] = m * np.maximum(parts[x] - hidden * share, 0.0)
-    exposed["dp"] = exposed["dp"] + dp_exposed
     bubble = bubble_fraction * m * mb_time
+    contention = kappa * (m * hidden + dp_hidden)
     return Schedule(microbatch=mb_time, bubble_fraction=bubble_fraction, bubble=bubble, dp_exposed=dp_exposed,
                     step=m * mb_time + bubble + dp_exposed + off.optimizer_step + off.optimizer_transfer,
-                    exposed=exposed)
+                    exposed=exposed, contention=contention)
+
+
+def _dp_step(plan: Plan, comp: Compute, dp: DataParallel):
+    """The once-per-step data-parallel time [s] and how much of it hides: the reduction
+    behind the last micro-batch's backward (recomputation included), the gather behind
+    the first one's forward, each but one chunk, at the dp overlap level."""
+    level = plan.overlap_dp
+    backward = comp.per_microbatch - comp.stage_forward
+    hidden = level * (np.minimum(dp.reduce * (1 - 1 / dp.chunks), backward)
+                      + np.minimum(dp.gather * (1 - 1 / dp.chunks), comp.stage_forward))
+    return dp.reduce + dp.gather, hidden
 
 
 @dataclass(frozen=True)
 class Utilisation:
-    """Model and hardware FLOPs of the step [FLOP] and their utilisation [1]."""
+    """Model and hardware FLOPs of the step [FLOP] and their utilisation [1].
+
+    MFU counts the FLOPs a causal model needs, whatever kernel runs it: the matrix
+    products and half the attention scores (each token attends to those before it), the
+    convention of Megatron-Bridge's performance tables. PaLM (Chowdhery et al. 2022
+    App. B) and the Megatron-LM papers (Narayanan et al. 2021 Eq. 3, Korthikanti et al.
+    2022 Eq. 7) count the scores in full; that count is kept as ``palm_flops`` and shown
+    as TFLOP/s only, since over sequences longer than about twelve times the hidden size
+    it exceeds what the hardware executes and its "utilisation" could pass 1. HFU counts
+    what the hardware executes: the recomputed forward, and half the scores with causal
+    FlashAttention (the full square when the scores are materialised)."""
 
     model_flops: np.ndarray
+    palm_flops: np.ndarray
     hardware_flops: np.ndarray
     mfu: np.ndarray
     hfu: np.ndarray
 
 
 def utilisation(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, sched: Schedule) -> Utilisation:
-    """MFU over model FLOPs, HFU over the FLOPs executed (Korthikanti et al. 2022 Eq. 7-8),
-    both from the compute wall's step formulas."""
     tokens = plan.global_batch * plan.seq_len
-    forward = cw.forward_flops_per_token(matmul_params=sizes.matmul_params, vocab_size=sizes.vocab_size,
-                                         hidden_size=sizes.hidden_size, layers=sizes.layers, heads=sizes.heads,
-                                         head_dim=sizes.attention_head_dim, context_len=lay.context)
-    model_flops = cw.model_step_flops(tokens=tokens, forward_flops_per_token=forward)
-    recompute = np.where((plan.flash_attention > 0) & (plan.recompute == 0), 1.0, plan.recompute)
-    hardware_flops = cw.hardware_step_flops(tokens=tokens, forward_flops_per_token=forward, recompute=recompute,
-                                            matmul_params=sizes.matmul_params, layers=sizes.layers,
-                                            heads=sizes.heads, head_dim=sizes.attention_head_dim,
-                                            context_len=lay.context)
+
+    def forward(context):
+        return cw.forward_flops_per_token(matmul_params=sizes.matmul_params, vocab_size=sizes.vocab_size,
+                                          hidden_size=sizes.hidden_size, layers=sizes.layers, heads=sizes.heads,
+                                          head_dim=sizes.attention_head_dim, context_len=context)
+
     def util(flops):
         return cw.flops_utilisation(step_flops=flops, time=sched.step, group_size=lay.devices,
                                     peak_flops=hw.peak_flops)
-    return Utilisation(model_flops=model_flops, hardware_flops=hardware_flops, mfu=util(model_flops),
-                       hfu=util(hardware_flops))
+
+    model_flops = cw.model_step_flops(tokens=tokens, forward_flops_per_token=forward(plan.seq_len / 2))
+    palm_flops = cw.model_step_flops(tokens=tokens, forward_flops_per_token=forward(plan.seq_len))
+    # FlashAttention recomputes the scores in its backward pass even without recomputation
+    recompute = np.where((plan.flash_attention > 0) & (plan.recompute == 0), 1.0, plan.recompute)
+    hardware_flops = cw.hardware_step_flops(tokens=tokens, forward_flops_per_token=forward(lay.context),
+                                            recompute=recompute, matmul_params=sizes.matmul_params,
+                                            layers=sizes.layers, heads=sizes.heads, head_dim=sizes.attention_head_dim,
+                                            context_len=lay.context)
+    return Utilisation(model_flops=model_flops, palm_flops=palm_flops, hardware_flops=hardware_flops,
+                       mfu=util(model_flops), hfu=util(hardware_flops))
 
 
 @dataclass(frozen=True)
 class Walls:
     """The step's time by wall [s]: compute (forward, backward, optimizer), memory
-    (recomputation, offload) and communication (what is exposed), with the bubble
-    shared out like a micro-batch's time."""
+    (recomputation, offload) and communication (what is exposed, and the compute lost to
+    contention with what is hidden), with the bubble shared out like a micro-batch's time."""
 
     compute: np.ndarray
     memory: np.ndarray
@@ -420,7 +503,7 @@ def walls(lay: Layout, comp: Compute, sched: Schedule, off: Offload) -> Walls:
     compute_s = m * 3 * comp.stage_forward + off.optimizer_step + bubble_compute * 3 * comp.stage_forward / per
     memory_s = (m * comp.recompute + off.optimizer_transfer + sched.exposed["offload"]
                 + bubble_compute * comp.recompute / per)
-    comm_s = sum(sched.exposed[x] for x in ("tp", "ep", "cp", "pp", "dp")) + sched.bubble - bubble_compute
+    comm_s = (sum(sched.exposed[x] for x in EXPOSED_COMM) + sched.contention + sched.bubble - bubble_compute)
     return Walls(compute=compute_s, memory=memory_s, communication=comm_s)
 
 
@@ -430,13 +513,14 @@ def step_columns(sizes: ModelSizes, plan: Plan, hw: Hardware) -> dict[str, np.nd
     lay = layout(sizes, plan)
     act = activations(sizes, plan)
     comp = compute(sizes, plan, hw, lay, act)
-    comm = {"tp": tensor_comm(sizes, plan, hw, lay), "ep": expert_comm(sizes, plan, hw, lay),
-            "cp": context_comm(sizes, plan, hw, lay), "pp": pipeline_comm(sizes, plan, hw, lay)}
     params = parameters(sizes, plan, lay)
-    dp = data_parallel(plan, hw, params)
+    dp = data_parallel(plan, hw, lay, params)
+    comm = {"tp": tensor_comm(sizes, plan, hw, lay), "ep": expert_comm(sizes, plan, hw, lay),
+            "cp": context_comm(sizes, plan, hw, lay), "pp": pipeline_comm(sizes, plan, hw, lay),
+            "zero": dp.per_microbatch}
     mem = memory(sizes, plan, lay, act, params)
     off = offload(plan, hw, lay, mem, params)
-    sched = schedule(plan, lay, comp, comm, dp, off)
+    sched = schedule(plan, hw, lay, comp, comm, dp, off)
     return columns(plan, hw, lay, comp, comm, dp, mem, off, sched, utilisation(sizes, plan, hw, lay, sched),
                    walls(lay, comp, sched, off), params)
 
@@ -446,27 +530,32 @@ def columns(plan, hw, lay, comp, comm, dp, mem, off, sched, util, wall, params) 
     m, step, ex = lay.micro_batches, sched.step, sched.exposed
     optimizer = mem.optimizer - off.optimizer_far
     activations = mem.activations - off.activations_far
-    total = mem.weights + mem.grads + optimizer + activations
+    total = mem.weights + mem.grads + optimizer + activations + mem.buffers
     far = off.optimizer_far + off.activations_far
+    usable = np.broadcast_to(hw.usable_memory, np.shape(step))
     return {
         "devices": lay.devices, "micro_batches": m,
         "step_time_s": step, "mfu": util.mfu, "hfu": util.hfu,
         "model_tflops_per_device": util.model_flops / step / lay.devices / 1e12,
+        "palm_tflops_per_device": util.palm_flops / step / lay.devices / 1e12,
         "hardware_tflops_per_device": util.hardware_flops / step / lay.devices / 1e12,
         "tokens_per_s": plan.global_batch * plan.seq_len / step,
+        "tokens_per_s_per_device": plan.global_batch * plan.seq_len / step / lay.devices,
         "time_compute_s": m * comp.per_microbatch, "time_recompute_s": m * comp.recompute,
-        **{f"time_{x}_s": m * comm[x] for x in ("tp", "ep", "cp", "pp")},
-        "time_dp_s": m * dp.per_microbatch + dp.per_step, "time_bubble_s": sched.bubble,
+        **{f"time_{x}_s": m * comm[x] for x in ("tp", "ep", "cp", "pp", "zero")},
+        "time_dp_s": dp.reduce + dp.gather, "time_bubble_s": sched.bubble,
         "time_optimizer_s": off.optimizer_step,
         "time_offload_s": off.optimizer_transfer + m * off.activation_transfer,
+        "time_contention_s": sched.contention,
         **{f"exposed_{x}_s": ex[x] for x in COMM_CLASSES},
-        "exposed_comm_s": ex["tp"] + ex["ep"] + ex["cp"] + ex["pp"] + ex["dp"],
+        "exposed_comm_s": sum(ex[x] for x in EXPOSED_COMM),
         "bubble_fraction": sched.bubble_fraction,
         "memory_weights_bytes": mem.weights, "memory_grads_bytes": mem.grads, "memory_optimizer_bytes": optimizer,
-        "memory_activations_bytes": activations, "memory_total_bytes": total,
-        "memory_capacity_bytes": np.broadcast_to(hw.hbm_capacity, np.shape(step)),
+        "memory_activations_bytes": activations, "memory_buffers_bytes": mem.buffers, "memory_total_bytes": total,
+        "memory_capacity_bytes": np.broadcast_to(hw.hbm_capacity, np.shape(step)), "memory_usable_bytes": usable,
+        "memory_headroom_bytes": usable - total,
         "memory_offloaded_bytes": far, "offload_capacity_bytes": off.capacity,
-        "fits": (total <= hw.hbm_capacity) & (far <= off.capacity),
+        "fits": (total <= usable) & (far <= off.capacity),
         "wall_compute_s": wall.compute, "wall_communication_s": wall.communication, "wall_memory_s": wall.memory,
         "params_per_device": params.total,
     }

@@ -31,17 +31,24 @@ def table():
 
 def summary(frame=None):
     """Per kind of run and source: how many runs, the median and worst absolute error,
-    and how many are within their tolerance."""
+    the median signed error (positive: snlab predicts more than was measured), and how
+    many are within their tolerance."""
     frame = table() if frame is None else frame
     g = frame.assign(abs_error=frame["error"].abs()).groupby(["kind", "source"], sort=False)
     return g.agg(runs=("id", "size"), median_abs_error=("abs_error", "median"),
-                 worst_abs_error=("abs_error", "max"), within=("within", "sum")).reset_index()
+                 median_error=("error", "median"), worst_abs_error=("abs_error", "max"),
+                 within=("within", "sum")).reset_index()
 
 
-def parity_chart(frame=None):
+def parity_chart(frame=None, color: str = "kind"):
     """Predicted against measured, each run relative to its published value (1 = exact),
-    with the run's tolerance band; colour by kind of run."""
+    with the run's tolerance band; coloured by ``color`` (``"kind"`` of run, or
+    ``"source"``)."""
     import altair as alt
+
+    from ..errors import SnlabError
+    if color not in ("kind", "source"):
+        raise SnlabError("color", f"got {color!r}", "kind or source")
     frame = table() if frame is None else frame
     data = frame.assign(ratio=frame["predicted"] / frame["measured"],
                         low=1 - frame["tolerance"], high=1 + frame["tolerance"])[
@@ -50,7 +57,7 @@ def parity_chart(frame=None):
     band = alt.Chart(data).mark_rule(strokeWidth=6, opacity=0.25).encode(
         y=y, x=alt.X("low:Q", title="predicted / published [1]"), x2="high:Q")
     dots = alt.Chart(data).mark_point(filled=True, size=70).encode(
-        y=y, x="ratio:Q", color=alt.Color("kind:N", title="kind of run"),
+        y=y, x="ratio:Q", color=alt.Color(f"{color}:N", title="kind of run" if color == "kind" else "source"),
         tooltip=["id", "source", "metric", alt.Tooltip("measured:Q", format=".4g"),
                  alt.Tooltip("predicted:Q", format=".4g"), alt.Tooltip("error:Q", format="+.1%", title="error")])
     exact = alt.Chart(data).mark_rule(color="black").encode(x=alt.datum(1.0))
@@ -59,9 +66,9 @@ def parity_chart(frame=None):
 
 def summary_markdown(frame=None) -> str:
     """The accuracy summary as the Markdown table the README shows."""
-    rows = ["| kind | source | runs | median error | worst error | within tolerance |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| kind | source | runs | median error | median bias | worst error | within tolerance |",
+            "|---|---|---|---|---|---|---|"]
     for r in summary(frame).itertuples():
-        rows.append(f"| {r.kind} | {r.source} | {r.runs} | {r.median_abs_error:.1%} | {r.worst_abs_error:.1%} "
-                    f"| {r.within}/{r.runs} |")
+        rows.append(f"| {r.kind} | {r.source} | {r.runs} | {r.median_abs_error:.1%} | {r.median_error:+.1%} "
+                    f"| {r.worst_abs_error:.1%} | {r.within}/{r.runs} |")
     return "\n".join(rows)

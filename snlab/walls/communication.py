@@ -69,20 +69,31 @@ all_to_all_time = Formula(
 
 hierarchical_all_reduce_time = Formula(
     "hierarchical_all_reduce_time", "time",
-    a0 + 2 * ((n1 - 1) * a1 + (n1 - 1) / n1 * S / (e1 * b1))
-    + 2 * (n2 - 1) * a2 + 2 * (n2 - 1) / n2 * (S / n1) / (e2 * b2),
-    "Jia et al. 2018 (arXiv 1807.11205) Sec. 4.2, hierarchical all-reduce: "
-    "reduce-scatter inside, all-reduce across on S/n_1, all-gather inside",
-    "Two-level all-reduce over n_1 devices per domain and n_2 domains: each device "
-    "sends only its 1/n_1 share across the scale-out level.",
+    a0 + 2 * sp.Min(n2 * (n1 - 1) * a1 + (n2 - 1) * a2, (n1 - 1) * a1 + sp.log(n2, 2) * a2)
+    + 2 * sp.Max((n1 - 1) / n1 * S / (e1 * b1), (n2 - 1) / n2 * (S / n1) / (e2 * b2)),
+    "NCCL's ring over several nodes (src/graph/connect.cc connectRings; src/device/reduce_scatter.h "
+    "runRing): one flat ring per channel enters and leaves each node once, with 8 chunks in flight, "
+    "so the slower level sets the bandwidth; its latency model (src/graph/tuning.cc) counts every "
+    "step of that ring, n_2 (n_1 - 1) inside domains and n_2 - 1 between them, each at its own "
+    "level's latency; where the double binary tree fills faster (log2 n_2 steps between domains, "
+    "Sanders, Speck and Traff 2009) NCCL picks it. Jia et al. 2018 (arXiv 1807.11205) Sec. 4.2 "
+    "for the 1/n_1 share",
+    "Two-level all-reduce over n_1 devices per domain and n_2 domains. A ring visits every "
+    "device, so its pipeline fill pays each step's latency on its own level; a tree crosses "
+    "log2 n_2 levels between domains; the faster fill counts, then the data flows at the pace "
+    "of the slower level. Across domains each device sends its 1/n_1 share through its own "
+    "NIC (rails), so a domain of n_1 devices moves n_1 NICs' worth: NCCL's bus bandwidth is "
+    "about min(n_1/(n_1 - 1) eta_1 beta_1, n_1 eta_2 beta_2).",
 )
 
 hierarchical_reduce_scatter_time = Formula(
     "hierarchical_reduce_scatter_time", "time",
-    a0 + (n1 - 1) * a1 + (n1 - 1) / n1 * S / (e1 * b1)
-    + (n2 - 1) * a2 + (n2 - 1) / n2 * (S / n1) / (e2 * b2),
-    "as hierarchical_all_reduce_time, one half",
-    "Two-level reduce-scatter (the same cost as the two-level all-gather).",
+    a0 + n2 * (n1 - 1) * a1 + (n2 - 1) * a2
+    + sp.Max((n1 - 1) / n1 * S / (e1 * b1), (n2 - 1) / n2 * (S / n1) / (e2 * b2)),
+    "as hierarchical_all_reduce_time, one half (NCCL runs reduce-scatter and all-gather "
+    "as the same pipelined ring)",
+    "Two-level reduce-scatter (the same cost as the two-level all-gather): the fill latency "
+    "of every step of the ring, then the slower level's share.",
 )
 
 hierarchical_all_to_all_time = Formula(
@@ -102,14 +113,26 @@ bus_bandwidth = Formula(
     "NCCL's bus bandwidth of an all-reduce that took tau: comparable to link bandwidth.",
 )
 
+scatter_bus_bandwidth = Formula(
+    "scatter_bus_bandwidth", "link_bandwidth",
+    S / sym.time * (n - 1) / n,
+    "NCCL tests, doc/PERFORMANCE.md (busbw = algbw x (n-1)/n for reduce-scatter, all-gather, all-to-all)",
+    "NCCL's bus bandwidth of a reduce-scatter, all-gather or all-to-all of an S-byte buffer "
+    "that took tau.",
+)
+
 # --- overlap ------------------------------------------------------------------------
 
-tc, tm, eps = sym.compute_time, sym.comm_time, sym.overlap
+tc, tm, eps, kap = sym.compute_time, sym.comm_time, sym.overlap, sym.overlap_contention
 
 overlapped_time = Formula(
     "overlapped_time", "time",
-    tc + tm - eps * sp.Min(tc, tm),
-    "definition: an overlap level in [0, 1]; 0 gives C + M, 1 gives max(C, M)",
-    "Time of compute and communication that can run concurrently, with a fraction "
-    "epsilon of the shorter one hidden.",
+    tc + tm - (1 - kap) * eps * sp.Min(tc, tm),
+    "an overlap level in [0, 1] (0 gives C + M, 1 with kappa = 0 gives max(C, M)); the contention "
+    "kappa from Lee et al. 2025 (arXiv 2507.03114), who measure compute kernels 18.9% slower on "
+    "average (40% at most) while collectives run beside them on A100, H100, MI250 and MI210",
+    "Time of compute and communication that can run concurrently, with a fraction epsilon of "
+    "the shorter one hidden. Hiding is not free: communication kernels take SMs and HBM "
+    "bandwidth from the compute they run beside, which slows down by a fraction kappa of the "
+    "time hidden.",
 )

@@ -123,7 +123,8 @@ model_step_flops = Formula(
     3 * T * Ffwd,
     "Korthikanti 2022 Eq. 7 (72 B s L h^2 (1 + s/(6h) + V/(12 h L)) for GPT)",
     "Model FLOPs of a training step over T tokens: forward plus a backward twice as "
-    "costly. MFU divides these by time x peak; recomputation is not counted.",
+    "costly; recomputation is not counted. snlab's MFU takes n_ctx = s/2 in F_fwd (a "
+    "causal model needs half the scores); Eq. 7 and PaLM take n_ctx = s.",
 )
 
 hardware_step_flops = Formula(
@@ -194,6 +195,6 @@ flops_utilisation = Formula(
     "flops_utilisation", "utilisation",
     Wstep / (tau * ndev * Fpk),
     "Chowdhery et al. 2022 (PaLM, arXiv 2204.02311) App. B: MFU; Korthikanti 2022 Sec. 6.3: HFU",
-    "Fraction of the devices' peak used: with model FLOPs (no recomputation) this is MFU, "
-    "with the FLOPs the hardware executes it is HFU.",
+    "Fraction of the devices' peak used: with model FLOPs (no recomputation, causal "
+    "attention) this is MFU, with the FLOPs the hardware executes it is HFU.",
 )

@@ -49,11 +49,14 @@ model_state_memory = Formula(
 
 optimizer_step_traffic = Formula(
     "optimizer_step_traffic", "bytes_moved",
-    Pdev * (qg + 2 * qo + qw),
-    "Rajbhandari et al. 2019 (ZeRO) Sec. 3.1; Ren et al. 2021 (ZeRO-Offload) Sec. 4.1: Adam reads the "
-    "gradients, reads and writes its fp32 states, and writes the new 16-bit weights",
-    "Bytes one Adam step moves through the memory that holds the optimizer state, for "
-    "P_dev parameters (before ZeRO sharding is applied to P_dev).",
+    Pdev * (4 * qg + 2 * qo + qw),
+    "Rajbhandari et al. 2019 (ZeRO) Sec. 3.1 (Adam's K = 12 bytes of fp32 state); Megatron-LM "
+    "megatron/core/optimizer (clip_grads.py: the gradient norm; optimizer.py: the inf/NaN check "
+    "with unscaling, the fused Adam, zero_grad)",
+    "Bytes one optimizer step moves through the memory that holds the state, for P_dev "
+    "parameters: the gradients read for their norm, for the inf/NaN check and by Adam, and "
+    "zeroed for the next step (4 q_g); Adam's states read and written (2 q_o); the new "
+    "16-bit weights written (q_w).",
 )
 
 # --- activations (Korthikanti 2022) -----------------------------------------------
@@ -129,6 +132,17 @@ kv_cache_per_token_mla = Formula(
 )
 
 # --- capacity -----------------------------------------------------------------------
+
+usable_memory = Formula(
+    "usable_memory", "capacity",
+    (sym.capacity - sym.memory_reserve) * sym.allocator_efficiency,
+    "PyTorch issue #107667 (CUDA context about 300 MB with lazy loading); NCCL src/init.cc (about "
+    "9 MiB of buffers per channel and peer); HCCL_BUFFSIZE (2 x 200 MB per communicator on Ascend); "
+    "the caching allocator's reserved-over-allocated overhead in Megatron-LM training logs",
+    "Memory a training job can actually use: the capacity the driver reports, less what the "
+    "runtime holds before the job allocates, times the fraction the caching allocator can "
+    "hand out without fragmenting.",
+)
 
 memory_headroom = Formula(
     "memory_headroom", "capacity",
