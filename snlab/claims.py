@@ -80,14 +80,10 @@ def c3() -> Verdict:
     """C3: from 10B to 1T, activations, optimizer state and gradient traffic grow
     'exponentially' and model scale 'cubically'."""
     from .presets import model
-    from .sizing import forward_flops_per_token
-    from .walls import memory as mw
+    from .sizing import activation_bytes_per_layer, forward_flops_per_token
     small, big = model("megatron-7.5b"), model("megatron-1t")
     def per_layer_act(m):
-        return float(mw.activation_memory_per_layer(seq_len=2048, micro_batch=1, hidden_size=m.hidden_size,
-                                                    heads=m.heads, tp=1, kv_heads=m.kv_heads, head_dim=m.head_dim,
-                                                    ffn_activation_width=m.ffn_hidden_size, mlp_matrices=2, activation_bytes=2,
-                                                    sequence_parallel=0, recompute=1)) * m.layers
+        return float(activation_bytes_per_layer(m, seq_len=2048, recompute=1)) * m.layers
     ratios = {
         "parameters": big.params / small.params,
         "optimizer state": big.params / small.params,

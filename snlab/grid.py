@@ -56,7 +56,7 @@ def numbers(name: str, values, allowed: str, dimension: str | None = None) -> np
         out = np.empty(len(values))
         for i, v in enumerate(values):
             if isinstance(v, str) and dimension is not None:
-                unit_dim = {"bytes0": "bytes", "fraction0": "1", "count": "count"}.get(dimension, dimension)
+                unit_dim = {"bytes0": "bytes", "fraction0": "1", "count": "count", "factor": "1"}.get(dimension, dimension)
                 v = parse_quantity(v, unit_dim, name)[0]
             if not is_number(v) or not math.isfinite(v):
                 raise SnlabError(name, f"got {v!r}", allowed)

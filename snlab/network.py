@@ -94,7 +94,8 @@ def one_shot_all_to_all(S_in, S_out, n1, n2, hw: Hardware, kernel: str | None = 
     return sv.direct_all_to_all_time(inner_bytes=S_in, outer_bytes=S_out, **lv)
 
 
-def expert_calls(tokens, experts_per_token, hidden, ep, dispatch_bytes, hw: Hardware, bulk):
+def expert_calls(tokens, experts_per_token, hidden, ep, dispatch_bytes, hw: Hardware, bulk, stride=1.0,
+                 domain_cap=None):
     """Seconds of one expert dispatch and one combine (one MoE layer, one micro-batch)
     when each of ``ep`` devices sends ``tokens`` tokens of ``hidden`` elements to their
     tokens' ``experts_per_token`` experts.
@@ -104,14 +105,18 @@ def expert_calls(tokens, experts_per_token, hidden, ep, dispatch_bytes, hw: Hard
     a token once per remote domain and forward it inside the domain (DeepEP normal
     kernels). Dispatch moves ``dispatch_bytes`` per element, combine 16-bit. Bytes to a
     device's sibling dies stay on the package, so the remote share is counted in
-    devices (packages), not ranks.
+    devices (packages), not ranks. The expert group's members sit ``stride`` ranks
+    apart; ``domain_cap`` bounds the remote domains a token reaches (group-limited
+    routing: DeepSeek-V3 sends a token to at most 4 nodes).
     """
-    n1, n2 = split(ep, 1.0, hw)
+    n1, n2 = split(ep, stride, hw)
     sent = tokens * experts_per_token * hidden     # (token, expert) copies per device, in elements
     inner = sent * (n1 - 1) / np.where(bulk, n1, n1 * n2)
     if bulk:
-        outer = tokens * hidden * sv.domains_per_token(outer_size=n2, experts_per_token=experts_per_token) \
-            * (n2 - 1) / n2
+        domains = sv.domains_per_token(outer_size=n2, experts_per_token=experts_per_token)
+        if domain_cap is not None:
+            domains = np.minimum(domains, domain_cap(n2))
+        outer = tokens * hidden * domains * (n2 - 1) / n2
     else:
         outer = sent * (n2 - 1) / n2
     disp = one_shot_all_to_all(inner * dispatch_bytes, outer * dispatch_bytes, n1, n2, hw,

@@ -21,7 +21,8 @@ META = ("source", "where", "convention", "note")
 #: largest value of each physical dimension a preset may hold: ten times beyond any
 #: system of 2026 (a 384-device domain pools 49 TB; GB200 moves 8 TB/s of HBM and
 #: 900 GB/s of NVLink per GPU; its FP4 peak is 10 PFLOP/s)
-UPPER = {"bytes": 1e16, "bytes0": 1e16, "bytes/s": 1e15, "FLOP/s": 1e18, "s": 1.0, "count": 1e9, "count0": 1e9}
+UPPER = {"bytes": 1e16, "bytes0": 1e16, "bytes/s": 1e15, "FLOP/s": 1e18, "s": 1.0, "count": 1e9, "count0": 1e9,
+         "factor": 64.0}
 
 # (field, dimension, required) per section; dimension "1" is a fraction in (0, 1],
 # "count" a whole number >= 1, "count0" a whole number >= 0, others physical units.
@@ -51,10 +52,11 @@ MODEL = {
     "": [("layers", "count", True), ("hidden_size", "count", True), ("heads", "count", True),
          ("kv_heads", "count", False), ("head_dim", "count", False),
          ("ffn_hidden_size", "count", True), ("vocab_size", "count", True),
-         ("seq_len", "count", True)],
+         ("seq_len", "count", True), ("mtp_modules", "count0", False)],
     "moe": [("experts", "count", True), ("experts_per_token", "count", True),
             ("expert_ffn_hidden_size", "count", True), ("shared_experts", "count0", False),
-            ("dense_layers", "count0", False)],
+            ("dense_layers", "count0", False), ("load_imbalance", "factor", False),
+            ("expert_groups", "count0", False), ("groups_per_token", "count0", False)],
     "mla": [("kv_lora_rank", "count", True), ("qk_nope_head_dim", "count", True),
             ("qk_rope_head_dim", "count", True), ("v_head_dim", "count", True),
             ("q_lora_rank", "count0", False)],
@@ -74,6 +76,7 @@ def describe(dimension: str) -> str:
     """What a field of ``dimension`` accepts, in words."""
     top = UPPER.get(dimension, float("inf"))
     fixed = {"1": "a fraction in (0, 1]", "fraction0": "a fraction in [0, 1] (0: not measured)",
+             "factor": "a factor from 1 to 64",
              "s": "a time from 0 to 1 s, e.g. '2 us'"}
     if dimension in fixed:
         return fixed[dimension]
@@ -93,6 +96,8 @@ def check_range(x, dimension: str, field: str) -> None:
     top = UPPER.get(dimension, math.inf)
     if dimension == "1":
         ok = 0 < x <= 1
+    elif dimension == "factor":
+        ok = 1 <= x <= top
     elif dimension == "fraction0":
         ok = 0 <= x <= 1
     elif dimension in ("count", "count0"):
@@ -112,7 +117,7 @@ def check_values(values, dimension: str, field: str) -> None:
     x = np.asarray(values, dtype=float)
     top = UPPER.get(dimension, math.inf)
     low_ok = {"1": x > 0, "fraction0": x >= 0, "s": x >= 0, "bytes0": x >= 0,
-              "count": x >= 1, "count0": x >= 0}.get(dimension, x > 0)
+              "count": x >= 1, "count0": x >= 0, "factor": x >= 1}.get(dimension, x > 0)
     high = 1.0 if dimension in ("1", "fraction0") else top
     ok = np.isfinite(x) & low_ok & (x <= high)
     if dimension in ("count", "count0"):

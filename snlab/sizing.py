@@ -99,6 +99,13 @@ class ModelSizes:
     experts, router); ``expert_params_one`` those of one routed expert;
     ``layer_params`` the non-expert parameters of all transformer layers (embeddings
     excluded); ``embedding_params`` the input embedding (and learned positions).
+    ``query_width``, ``attention_output_width`` and ``latent_width`` are the widths of the
+    attention tensors a token keeps for the backward pass; ``routed_copies`` and
+    ``router_width`` the dispatched copies and router logits of an average layer.
+    ``mtp_modules`` multi-token-prediction modules (each one more transformer layer, a
+    2h x h projection and the output head, on the last stage: ``mtp_matmul_params`` are
+    their matrix weights); ``expert_groups`` / ``groups_per_token`` the group-limited
+    routing (0: none).
     """
 
     layers: float
@@ -122,6 +129,15 @@ class ModelSizes:
     layer_params: float
     embedding_params: float
     embedding_copies: float
+    query_width: float = 0.0
+    attention_output_width: float = 0.0
+    latent_width: float = 0.0
+    routed_copies: float = 0.0
+    router_width: float = 0.0
+    mtp_modules: float = 0.0
+    mtp_matmul_params: float = 0.0
+    expert_groups: float = 0.0
+    groups_per_token: float = 0.0
 
 
 @lru_cache(maxsize=256)
@@ -142,6 +158,18 @@ def model_sizes(model: "Model") -> ModelSizes:
     f_act = (dense_layers * model.ffn_hidden_size
              + moe_layers * ((moe.experts_per_token + moe.shared_experts) * moe.expert_ffn_hidden_size if moe else 0)) / L
     head_dim = float(attention_head_dim(model))
+    if model.mla:
+        m = model.mla
+        q_width, o_width = model.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim), model.heads * m.v_head_dim
+        latent = 2 * m.q_lora_rank + 2 * m.kv_lora_rank + m.qk_rope_head_dim
+    else:
+        q_width = o_width = model.heads * model.head_dim
+        latent = 0
+    moe_share = moe_layers / L
+    # one MTP module: a transformer layer like the last one (a MoE layer when the model has
+    # experts), the 2h x h projection of [embedding; hidden], and the shared output head
+    mtp_layer = attn + (shared + router + moe.experts_per_token * expert_one if moe else mlp)
+    mtp = model.mtp_modules * (mtp_layer + 2 * h * h + model.vocab_size * h)
     return ModelSizes(
         layers=float(L), hidden_size=float(h), heads=float(model.heads), kv_heads=float(model.kv_heads),
         attention_head_dim=head_dim, activation_kv_heads=float(model.heads if model.mla else model.kv_heads),
@@ -153,4 +181,29 @@ def model_sizes(model: "Model") -> ModelSizes:
         matmul_params=float(matmul_params(model)), params=total, expert_params=experts_total,
         layer_params=total - experts_total - emb - (model.vocab_size * h if not model.tied_embeddings else 0),
         embedding_params=float(emb), embedding_copies=float(1 if model.tied_embeddings else 2),
+        query_width=float(q_width), attention_output_width=float(o_width), latent_width=float(latent),
+        routed_copies=float(moe.experts_per_token * moe_share if moe else 0.0),
+        router_width=float(moe.experts * moe_share if moe else 0.0),
+        mtp_modules=float(model.mtp_modules), mtp_matmul_params=float(mtp),
+        expert_groups=float(moe.expert_groups if moe else 0), groups_per_token=float(moe.groups_per_token if moe else 0),
     )
+
+
+def activation_widths(sizes: ModelSizes) -> dict:
+    """The shape inputs of :data:`snlab.walls.memory.activation_memory_per_layer` for an
+    average layer of a model: the widths of the tensors its tokens keep."""
+    return dict(hidden_size=sizes.hidden_size, heads=sizes.heads, kv_heads=sizes.activation_kv_heads,
+                head_dim=sizes.activation_head_dim, ffn_activation_width=sizes.ffn_activation_width,
+                mlp_matrices=sizes.mlp_matrices, query_width=sizes.query_width,
+                attention_output_width=sizes.attention_output_width, latent_width=sizes.latent_width,
+                routed_copies=sizes.routed_copies, router_width=sizes.router_width, logit_bytes=4.0)
+
+
+def activation_bytes_per_layer(model: Model, *, seq_len=None, micro_batch=1, tp=1, sequence_parallel=0,
+                               recompute=0, activation_bytes=2.0):
+    """Activation bytes an average layer of ``model`` keeps for one micro-batch [bytes]
+    (:data:`snlab.walls.memory.activation_memory_per_layer` at the model's widths)."""
+    return mw.activation_memory_per_layer.evaluate(dict(
+        activation_widths(model_sizes(model)), seq_len=model.seq_len if seq_len is None else seq_len,
+        micro_batch=micro_batch, tp=tp, sequence_parallel=sequence_parallel, recompute=recompute,
+        activation_bytes=activation_bytes))

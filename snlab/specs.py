@@ -288,6 +288,9 @@ class MoE:
     expert_ffn_hidden_size: int
     shared_experts: int = 0
     dense_layers: int = 0
+    load_imbalance: float = 1.0
+    expert_groups: int = 0
+    groups_per_token: int = 0
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,7 @@ class Model:
     learned_positions: bool = False
     moe: MoE | None = None
     mla: MLA | None = None
+    mtp_modules: int = 0
     provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
 
     kind = "model"
@@ -410,6 +414,7 @@ def validate(obj) -> None:
 def _validate_model(obj: "Model", name: str) -> None:
     for f in ("layers", "hidden_size", "heads", "kv_heads", "head_dim", "ffn_hidden_size", "vocab_size", "seq_len"):
         schema.check_range(getattr(obj, f), "count", f"{name}.{f}")
+    schema.check_range(obj.mtp_modules, "count0", f"{name}.mtp_modules")
     if obj.heads % obj.kv_heads:
         raise SnlabError(f"{name}.kv_heads", f"{obj.kv_heads} does not divide heads = {obj.heads}",
                          f"a divisor of {obj.heads}")
@@ -423,6 +428,13 @@ def _validate_model(obj: "Model", name: str) -> None:
                              f"1 to {obj.moe.experts}")
         if obj.moe.dense_layers > obj.layers:
             raise SnlabError(f"{name}.moe.dense_layers", f"{obj.moe.dense_layers} > layers", f"0 to {obj.layers}")
+        groups, limit = obj.moe.expert_groups, obj.moe.groups_per_token
+        if groups and (obj.moe.experts % groups or not 1 <= limit <= groups):
+            raise SnlabError(f"{name}.moe.expert_groups", f"{groups} groups, {limit} per token",
+                             "a divisor of the experts, with groups_per_token from 1 to expert_groups")
+        if not groups and limit:
+            raise SnlabError(f"{name}.moe.groups_per_token", f"got {limit} without expert_groups",
+                             "0 unless expert_groups is set")
 
 
 def _validate_level(lvl: "Level", name: str) -> None:

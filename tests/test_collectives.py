@@ -96,18 +96,24 @@ def test_the_ring_latency_grows_with_the_ring():
 @given(system=st.sampled_from(["dgx-a100", "dgx-h100", "gb200-nvl72", "cloudmatrix384", "pcie-ethernet-a100"]),
        op=st.sampled_from(list(COLLECTIVES)), size=st.floats(1.0, 1e11), devices=st.integers(2, 4096))
 def test_bus_bandwidth_never_beats_the_wires(system, op, size, devices):
-    """No collective moves data faster than the links it uses: the NCCL bus bandwidth is at
-    most the scale-up link's line rate, or n_1 NICs' worth once the group spans domains;
+    """No collective moves data faster than the links it uses: the ring sends (n_1 - 1)/n_1
+    of the buffer over each scale-up link and (n_2 - 1)/n_2 of each device's 1/n_1 share
+    through its NIC, so NCCL's bus bandwidth is at most (n - 1)/n times the smaller of
+    n_1/(n_1 - 1) line rates inside and n_1 n_2/(n_2 - 1) NIC line rates across;
     times are finite and positive."""
     s = snlab.system(system)
     t = snlab.collective_time(system, op, size, devices)
     assert np.isfinite(t) and t > 0
     if op == "all-to-all":
         return
-    per_domain = min(devices, s.scale_up.domain_size)
-    ceiling = s.scale_up.bandwidth * per_domain / max(per_domain - 1, 1)
-    if devices > s.scale_up.domain_size:
-        ceiling = min(ceiling, per_domain * s.scale_out.bandwidth * per_domain / max(per_domain - 1, 1))
+    n1 = min(devices, s.scale_up.domain_size)
+    n2 = -(-devices // n1)
+    limits = []
+    if n1 > 1:
+        limits.append(s.scale_up.bandwidth * n1 / (n1 - 1))
+    if n2 > 1:
+        limits.append(s.scale_out.bandwidth * n1 * n2 / (n2 - 1))
+    ceiling = (devices - 1) / devices * min(limits)
     assert busbw(system, op, size, devices) <= ceiling * (1 + 1e-9)
 
 

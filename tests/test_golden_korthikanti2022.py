@@ -12,7 +12,9 @@ from conftest import gpt
 
 s, b, h, a, t = sym.seq_len, sym.micro_batch, sym.hidden_size, sym.heads, sym.tp
 GPT_SHAPE = {sym.kv_heads: a, sym.head_dim: h / a, sym.mlp_matrices: 2,
-             sym.ffn_activation_width: 4 * h, sym.activation_bytes: 2}   # 16-bit activations
+             sym.ffn_activation_width: 4 * h, sym.activation_bytes: 2,   # 16-bit activations
+             sym.query_width: h, sym.attention_output_width: h,         # a d_h = h
+             sym.latent_width: 0, sym.routed_copies: 0, sym.router_width: 0}   # no MLA, no experts
 
 # Table 2, activation bytes per transformer layer, as printed.
 TABLE_2 = [
@@ -42,7 +44,8 @@ def test_section_5_selective_recompute_saving(name, layers, hidden, heads, five_
     model = gpt(layers, hidden, heads)
     common = dict(seq_len=2048, micro_batch=1, hidden_size=hidden, heads=heads, tp=8,
                   kv_heads=heads, head_dim=hidden // heads, ffn_activation_width=4 * hidden,
-                  mlp_matrices=2, sequence_parallel=1, activation_bytes=2)
+                  mlp_matrices=2, sequence_parallel=1, activation_bytes=2, query_width=hidden,
+                  attention_output_width=hidden, latent_width=0, routed_copies=0, router_width=0, logit_bytes=4)
     full = mw.activation_memory_per_layer(recompute=0, **common)
     selective = mw.activation_memory_per_layer(recompute=1, **common)
     assert 5 * heads * 2048 / hidden == five_as_over_h
@@ -60,11 +63,23 @@ def test_equation_7_model_flops():
 
 
 def test_first_stage_holds_all_layers_without_interleaving():
-    """Sec. 4.2.3: with 1F1B the first stage stores p micro-batches of L/p layers."""
+    """Sec. 4.2.3: with 1F1B the first stage stores p micro-batches of L/p layers; the
+    interleaved schedule multiplies that by 1 + (p - 1)/(p v)."""
     per_layer = 1.0e9
-    total = mw.activation_memory_first_stage(activation_memory=per_layer, layers=96, pp=8,
-                                             in_flight=8, interleave=1)
-    assert total == pytest.approx(96 * per_layer)
-    inter = mw.activation_memory_first_stage(activation_memory=per_layer, layers=96, pp=8,
-                                             in_flight=8, interleave=4)
-    assert inter == pytest.approx(96 * per_layer * (1 + 7 / 32))
+
+    def first_stage(interleave, micro_batches=64):
+        in_flight = mw.stage_in_flight(pp=8, interleave=interleave, micro_batches=micro_batches, stage_rank=0)
+        return mw.activation_memory_stage(activation_memory=per_layer, stage_layers=96 / 8, in_flight=in_flight)
+
+    assert first_stage(1) == pytest.approx(96 * per_layer)
+    assert first_stage(4) == pytest.approx(96 * per_layer * (1 + 7 / 32))
+    assert first_stage(1, micro_batches=3) == pytest.approx(3 * 12 * per_layer)   # fewer micro-batches than stages
+
+
+def test_later_stages_hold_fewer_micro_batches():
+    """1F1B: stage r holds p - r micro-batches (Narayanan et al. 2021 Sec. 2.2); the
+    interleaved schedule's rank r warms up 2 (p - r - 1) + (v - 1) p chunks (Megatron-Core)."""
+    flights = [float(mw.stage_in_flight(pp=8, interleave=1, micro_batches=64, stage_rank=r)) for r in range(8)]
+    assert flights == [8, 7, 6, 5, 4, 3, 2, 1]
+    last = float(mw.stage_in_flight(pp=8, interleave=2, micro_batches=64, stage_rank=7))
+    assert last == pytest.approx((0 + 8 + 1) / 2)

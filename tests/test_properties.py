@@ -88,6 +88,7 @@ def test_memory_parts_add_up_and_zero_never_grows(P, z, d, qg, qo):
 def test_recomputation_never_stores_more(s, b, a, t, sp_):
     h = a * 128
     kw = dict(seq_len=s, micro_batch=b, hidden_size=h, heads=a, tp=t, kv_heads=a, head_dim=128,
-              ffn_activation_width=4 * h, mlp_matrices=2, sequence_parallel=sp_, activation_bytes=2)
+              ffn_activation_width=4 * h, mlp_matrices=2, sequence_parallel=sp_, activation_bytes=2,
+              query_width=h, attention_output_width=h, latent_width=0, routed_copies=0, router_width=0, logit_bytes=4)
     none, sel, full = (mw.activation_memory_per_layer(recompute=r, **kw) for r in (0, 1, 2))
     assert full <= sel <= none

@@ -68,11 +68,11 @@ def seconds(field: str, text: str) -> float:
     return value
 
 
-def integer_flag(field: str):
-    """An argparse type for a whole number >= 1 whose errors name ``field``."""
+def integer_flag(field: str, low: int = 1):
+    """An argparse type for a whole number >= ``low`` whose errors name ``field``."""
     def parse(text: str) -> int:
         try:
-            return count(field, text)
+            return count(field, text, low)
         except SnlabError as exc:
             raise argparse.ArgumentTypeError(exc.problem + f" (allowed: {exc.allowed})") from None
     parse.__name__ = field

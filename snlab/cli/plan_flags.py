@@ -6,7 +6,8 @@ from ..training import plan as pl
 from .common import integer_flag, number
 
 PLAN_KEYS = ["micro_batch", "global_batch", "zero", "recompute", "sequence_parallel", "interleave", "overlap",
-             "offload", "grad_dtype", "seq_len", "flash_attention"]
+             "offload", "grad_dtype", "seq_len", "flash_attention", "first_stage_layers", "last_stage_layers",
+             "ep_dispatcher", "capacity_factor", "expert_imbalance"]
 
 
 def add(p, *, degrees: bool = True) -> None:
@@ -25,6 +26,16 @@ def add(p, *, degrees: bool = True) -> None:
     p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
     p.add_argument("--interleave", type=integer_flag("interleave"), default=None,
                    help="virtual stages per pipeline stage")
+    p.add_argument("--first-stage-layers", type=integer_flag("first_stage_layers", low=0), default=None,
+                   help="transformer layers of the first pipeline stage (default: split automatically)")
+    p.add_argument("--last-stage-layers", type=integer_flag("last_stage_layers", low=0), default=None,
+                   help="transformer layers of the last pipeline stage (default: split automatically)")
+    p.add_argument("--ep-dispatcher", choices=list(pl.EP_DISPATCHERS), default=None,
+                   help="expert all-to-all: deepep (default: once per node, FP8 dispatch in FP8) or alltoall")
+    p.add_argument("--capacity-factor", default=None, metavar="F",
+                   help="expert capacity factor (default 0: no token dropping)")
+    p.add_argument("--expert-imbalance", default=None, metavar="F",
+                   help="load of the busiest expert device over the mean (default: the model preset's)")
     p.add_argument("--overlap", default=None, help="none, gradients, standard, all, or dp=1,tp=0.5,...")
     p.add_argument("--offload", choices=list(pl.OFFLOAD), default=None)
     p.add_argument("--precision", default="bf16", help="matmul precision (bf16, fp8, ...)")
@@ -40,7 +51,13 @@ def add(p, *, degrees: bool = True) -> None:
 def plan(args, *, degrees: bool = True) -> dict:
     """The plan keywords of :func:`snlab.train` from parsed flags."""
     keys = (["tp", "pp", "dp", "ep", "cp"] if degrees else []) + PLAN_KEYS
-    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    out = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    if "capacity_factor" in out:
+        out["capacity_factor"] = number("capacity_factor", out["capacity_factor"], 0.0, 64.0, pl.ALLOWED["capacity_factor"])
+    if "expert_imbalance" in out:
+        out["expert_imbalance"] = number("expert_imbalance", out["expert_imbalance"], 1.0, 64.0,
+                                         pl.ALLOWED["expert_imbalance"])
+    return out
 
 
 def tokens(args) -> float | None:

@@ -37,7 +37,7 @@ PresetLike = Union[str, Path, Device, System, Model]
 # --- reading numbers ------------------------------------------------------------------
 
 def _number(raw: Any, dimension: str, field: str, defaults: dict) -> tuple[float, Provenance]:
-    unit_dim = {"count": "count", "count0": "count", "bytes0": "bytes", "fraction0": "1"}.get(dimension, dimension)
+    unit_dim = {"count": "count", "count0": "count", "bytes0": "bytes", "fraction0": "1", "factor": "1"}.get(dimension, dimension)
     meta = {k: defaults.get(k, "") for k in schema.META}
     if isinstance(raw, dict):
         unknown = set(raw) - {"value", "unit", *schema.META}
@@ -206,7 +206,7 @@ def _model(doc: dict, where: str, base=None, depth: int = 0) -> Model:
         kv_heads=vals.get("kv_heads", heads),
         head_dim=vals.get("head_dim", vals["hidden_size"] // heads),
         ffn_hidden_size=vals["ffn_hidden_size"], vocab_size=vals["vocab_size"],
-        seq_len=vals["seq_len"], norm=norm,
+        seq_len=vals["seq_len"], norm=norm, mtp_modules=vals.get("mtp_modules", 0),
         **{k: _flag(doc, k, where) for k in schema.MODEL_FLAGS},
         moe=parts.get("moe"), mla=parts.get("mla"), provenance=MappingProxyType(prov))
     validate(model)

@@ -96,7 +96,7 @@ def to_toml(obj: Device | System | Model) -> str:
     elif isinstance(obj, Model):
         lines = _header(obj, [f"norm = {_q(obj.norm)}"]
                         + [f"{f} = {str(getattr(obj, f)).lower()}" for f in schema.MODEL_FLAGS])
-        defaults = {"kv_heads": obj.heads, "head_dim": obj.hidden_size // obj.heads}
+        defaults = {"kv_heads": obj.heads, "head_dim": obj.hidden_size // obj.heads, "mtp_modules": 0}
         for field, dimension, _ in schema.MODEL[""]:
             if field not in obj.provenance and defaults.get(field, None) == getattr(obj, field):
                 continue  # derived default: leave it to the loader
@@ -106,7 +106,9 @@ def to_toml(obj: Device | System | Model) -> str:
             if sub is None:
                 continue
             lines += ["", f"[{part}]"]
-            for field, dimension, _ in schema.MODEL[part]:
+            for field, dimension, required in schema.MODEL[part]:
+                if not required and f"{part}.{field}" not in obj.provenance:
+                    continue  # an optional field left at its default
                 lines.append(_num(field, getattr(sub, field), dimension,
                                   obj.provenance.get(f"{part}.{field}")))
     else:

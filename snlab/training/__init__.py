@@ -1,10 +1,11 @@
-"""Training: the rules of a plan (:mod:`.plan`), the step as named parts (:mod:`.step`),
-the planners ``train``, ``sweep`` and ``search`` (:mod:`.planner`) and their result
-(:mod:`.result`). The planners load on first use, so reading the plan rules stays light."""
+"""Training: the rules of a plan (:mod:`.plan`), how a pipeline splits the layers
+(:mod:`.stages`), the step as named parts (:mod:`.step`), the planners ``train``, ``sweep``
+and ``search`` (:mod:`.planner`) and their result (:mod:`.result`). The planners load on first use, so reading the plan rules stays light."""
 
 from importlib import import_module
 
-_LAZY = {"train": "planner", "sweep": "planner", "search": "planner", "TrainResult": "result", "Plan": "plan"}
+_LAZY = {"train": "planner", "sweep": "planner", "search": "planner", "TrainResult": "result", "Plan": "plan",
+         "stage_table": "stages"}
 
 __all__ = list(_LAZY)
 

@@ -15,10 +15,17 @@ import numpy as np
 
 from ..errors import SnlabError
 from ..grid import first_broken
+from . import stages
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
 OFFLOAD = {"none": 0, "optimizer": 1, "activations": 2, "both": 3}
 GRAD_DTYPE_BYTES = {"bf16": 2, "fp32": 4}
+#: how expert-parallel all-to-alls move tokens: Megatron-Core's "alltoall" dispatcher
+#: sends every (token, expert) copy in 16 bits; "deepep" (DeepEP's normal kernels, the
+#: "flex" dispatcher Megatron-Core uses for DeepSeek-V3 and fine-grained MoE) sends a
+#: token once per destination node and forwards it inside the node, dispatching in FP8
+#: when the matrix multiplies run in FP8 (DeepSeek-V3 report Sec. 3.2.2 and 3.3.3)
+EP_DISPATCHERS = {"alltoall": 0, "deepep": 1}
 #: classes of communication, each with its own overlap level: the once-per-step
 #: data-parallel gradient reduction and weight gather (dp), the per-micro-batch traffic
 #: of sharded states under ZeRO-2/3 and FSDP (zero), tensor, pipeline, expert and context
@@ -43,7 +50,13 @@ OVERLAP_PRESETS = {
 #: plan fields, their defaults, and what they accept (for errors and the CLI)
 DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, zero=1,
                 recompute="selective", sequence_parallel=None, interleave=1, overlap="standard",
-                offload="none", grad_dtype="bf16", seq_len=None, flash_attention=True, optimizer_bytes=12)
+                offload="none", grad_dtype="bf16", seq_len=None, flash_attention=True, optimizer_bytes=12,
+                first_stage_layers=0, last_stage_layers=0, ep_dispatcher="deepep", capacity_factor=0,
+                expert_imbalance=None)
+#: first/last_stage_layers 0: the automatic split (snlab.training.stages); ep_dispatcher
+#: "deepep": what DeepSeek-V3 trains with and Megatron-Core's MoE recipes for fine-grained
+#: experts use; capacity_factor 0: no token dropping (Megatron-Core's default, None);
+#: expert_imbalance None: the model preset's measured load of the busiest expert over the mean
 #: grad_dtype "bf16": Megatron-Core reduces and keeps gradients in bf16 unless told otherwise
 #: (DistributedDataParallelConfig.grad_reduce_in_fp32 = False; NeMo's performance recipes);
 #: the Megatron-LM runs of 2021-2022 kept fp32 gradients and say so in their plans
@@ -57,7 +70,11 @@ ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                overlap="none, gradients, standard, all, or class=level pairs (dp, zero, tp, pp, ep, cp, offload) in [0, 1]",
                offload="none, optimizer, activations, both", precision="a precision the device supports",
                grad_dtype="bf16, fp32", seq_len="a whole number >= 1",
-               flash_attention="true or false", optimizer_bytes="a number >= 0 (12 for Adam)")
+               flash_attention="true or false", optimizer_bytes="a number >= 0 (12 for Adam)",
+               first_stage_layers="0 (automatic) or the transformer layers of the first pipeline stage",
+               last_stage_layers="0 (automatic) or the transformer layers of the last pipeline stage",
+               ep_dispatcher="alltoall, deepep", capacity_factor="0 (no token dropping) or a factor from 0.1 to 64",
+               expert_imbalance="a factor from 1 to 64 (load of the busiest expert device over the mean)")
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,11 @@ class Plan:
     seq_len: np.ndarray
     flash_attention: np.ndarray
     optimizer_bytes: np.ndarray
+    first_stage_layers: np.ndarray
+    last_stage_layers: np.ndarray
+    ep_dispatcher: np.ndarray
+    capacity_factor: np.ndarray
+    expert_imbalance: np.ndarray
     overlap_dp: np.ndarray
     overlap_zero: np.ndarray
     overlap_tp: np.ndarray
@@ -146,8 +168,13 @@ RULES = (
     Rule("tp", "tensor-parallel degree tp must be a whole number >= 1 that divides the attention heads"),
     Rule("tp", "tensor-parallel degree tp must divide the key/value heads, or be a multiple of them"),
     Rule("pp", "pipeline degree pp must be from 1 to the number of layers"),
-    Rule("interleave", "with interleaving (interleave > 1) layers must be divisible by pp x interleave, pp > 1, "
-                       "and the micro-batches per step (global_batch / (micro_batch x dp)) a multiple of pp"),
+    Rule("interleave", "interleaving (interleave > 1) needs pp > 1 and micro-batches per step (global_batch / "
+                       "(micro_batch x dp)) a multiple of pp, as Megatron-Core's interleaved schedule runs them "
+                       "in groups of pp"),
+    Rule("interleave", "every model chunk needs a layer (the last stage's may be its output layer): "
+                       "pp x interleave at most about the number of layers"),
+    Rule("first_stage_layers", "first_stage_layers and last_stage_layers need pp > 1, at least interleave layers "
+                               "each, and must leave at least interleave layers to every other stage"),
     Rule("cp", "context-parallel degree cp must divide the sequence length"),
     Rule("ep", "expert-parallel degree ep must divide dp x cp and the number of experts (1 for dense models)"),
     Rule("global_batch", "global batch must be a multiple of micro_batch x dp"),
@@ -168,12 +195,19 @@ def violations(model, plan: Plan, devices=None) -> np.ndarray:
     t, p, d, e, c = ints["tp"], ints["pp"], ints["dp"], ints["ep"], ints["cp"]
     b, B, v, s = ints["micro_batch"], ints["global_batch"], ints["interleave"], ints["seq_len"]
     experts = model.moe.experts if model.moe else 1
+    first, last = plan.first_stage_layers, plan.last_stage_layers
+    ends_unset = (first == 0) & (last == 0)
+    split_broken = stages.broken(model.layers, np.maximum(p, 1), np.maximum(v, 1),
+                                 np.round(first).astype(np.int64), np.round(last).astype(np.int64),
+                                 stages.model_tail(model)) \
+        | (np.round(first) != first) | (np.round(last) != last)
     return first_broken([
         (t < 1) | (model.heads % np.maximum(t, 1) != 0),
         (model.kv_heads % np.maximum(t, 1) != 0) & (t % model.kv_heads != 0),
         (p < 1) | (p > model.layers),
-        ((v > 1) & ((model.layers % np.maximum(p * v, 1) != 0) | (p == 1)
-                    | ((B // np.maximum(b * d, 1)) % np.maximum(p, 1) != 0))) | (v < 1),
+        ((v > 1) & ((p == 1) | ((B // np.maximum(b * d, 1)) % np.maximum(p, 1) != 0))) | (v < 1),
+        ends_unset & split_broken,
+        ~ends_unset & split_broken,
         (c < 1) | (s % np.maximum(c, 1) != 0),
         (e < 1) | ((d * c) % np.maximum(e, 1) != 0) | (experts % np.maximum(e, 1) != 0),
         (B % np.maximum(b * d, 1) != 0) | (B < b * d),

@@ -25,9 +25,11 @@ from .step import step_columns
 
 PLAN_FIELDS = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "recompute",
                "sequence_parallel", "interleave", "overlap", "offload", "grad_dtype", "seq_len",
-               "flash_attention", "optimizer_bytes")
+               "flash_attention", "optimizer_bytes", "first_stage_layers", "last_stage_layers",
+               "ep_dispatcher", "capacity_factor", "expert_imbalance")
 NUMERIC = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "interleave",
-           "seq_len", "optimizer_bytes")
+           "seq_len", "optimizer_bytes", "first_stage_layers", "last_stage_layers", "capacity_factor",
+           "expert_imbalance")
 #: system fields a training sweep may vary, and where they live
 SYSTEM_FIELDS = (
     "scale_up_domain_size", "scale_up_bandwidth", "scale_up_latency", "scale_up_efficiency",
@@ -47,7 +49,11 @@ def _check_ranges(merged: dict) -> None:
     rules, which depend on the model and the other fields, are flagged per row)."""
     for name, ok in (("zero", lambda v: v in (0, 1, 2, 3)),
                      ("seq_len", lambda v: v is None or (float(v).is_integer() and 1 <= v <= 1e9)),
-                     ("optimizer_bytes", lambda v: 0 <= v <= 64)):
+                     ("optimizer_bytes", lambda v: 0 <= v <= 64),
+                     ("first_stage_layers", lambda v: float(v).is_integer() and 0 <= v <= 1e6),
+                     ("last_stage_layers", lambda v: float(v).is_integer() and 0 <= v <= 1e6),
+                     ("capacity_factor", lambda v: v == 0 or 0.1 <= v <= 64),
+                     ("expert_imbalance", lambda v: v is None or 1 <= v <= 64)):
         for v in grid.axis_values(name, merged[name]):
             if v is not None and not grid.is_number(v):
                 raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
@@ -63,8 +69,8 @@ def _plan_axes(model: Model, merged: dict, axes: dict) -> tuple[dict, dict]:
         values = grid.axis_values(name, merged[name])
         if name in NUMERIC:
             columns[name] = grid.numbers(name, values, pl.ALLOWED[name])
-        elif name in ("recompute", "offload"):
-            table = pl.RECOMPUTE if name == "recompute" else pl.OFFLOAD
+        elif name in ("recompute", "offload", "ep_dispatcher"):
+            table = {"recompute": pl.RECOMPUTE, "offload": pl.OFFLOAD, "ep_dispatcher": pl.EP_DISPATCHERS}[name]
             columns[name] = grid.coded(name, values, table, pl.ALLOWED[name])
             labels[name] = list(values)
         elif name == "grad_dtype":
@@ -96,6 +102,8 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
         raise SnlabError("global_batch", "missing", "a multiple of micro_batch x dp (sequences per step)")
     if merged["seq_len"] is None:
         merged["seq_len"] = model.seq_len
+    if merged["expert_imbalance"] is None:
+        merged["expert_imbalance"] = model.moe.load_imbalance if model.moe else 1.0
     columns, labels = _plan_axes(model, merged, axes)
     hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]), "a " + field_dimension(name)
                                   + " value", field_dimension(name))
@@ -121,7 +129,10 @@ def plan_of(g: dict) -> pl.Plan:
                    global_batch=g["global_batch"], zero_stage=g["zero"], recompute=g["recompute"],
                    sequence_parallel=g["sequence_parallel"], interleave=g["interleave"], offload=g["offload"],
                    grad_bytes=g["grad_bytes"], seq_len=g["seq_len"], flash_attention=g["flash_attention"],
-                   optimizer_bytes=g["optimizer_bytes"], **{f: g[f] for f in OVERLAP_FIELDS})
+                   optimizer_bytes=g["optimizer_bytes"], first_stage_layers=g["first_stage_layers"],
+                   last_stage_layers=g["last_stage_layers"], ep_dispatcher=g["ep_dispatcher"],
+                   capacity_factor=g["capacity_factor"], expert_imbalance=g["expert_imbalance"],
+                   **{f: g[f] for f in OVERLAP_FIELDS})
 
 
 def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", devices=None):
@@ -216,6 +227,11 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     data["flash_attention"] = g["flash_attention"] > 0
     data["grad_bytes"] = g["grad_bytes"]
     data["optimizer_bytes"] = g["optimizer_bytes"]
+    for name in ("first_stage_layers", "last_stage_layers"):
+        data[name] = g[name].astype(np.int64)
+    data["ep_dispatcher"] = pd.Categorical.from_codes(g["ep_dispatcher"].astype(int), list(pl.EP_DISPATCHERS))
+    data["capacity_factor"] = g["capacity_factor"]
+    data["expert_imbalance"] = g["expert_imbalance"]
     for name in hw_axes:
         data[name] = np.broadcast_to(hw_axes[name], (n,))
     valid = broken < 0

@@ -54,6 +54,9 @@ class TrainResult(Result):
             "offload": list(pl.OFFLOAD)[int(g["offload"])], "seq_len": int(g["seq_len"]),
             "grad_bytes": int(g["grad_bytes"]), "flash_attention": bool(g["flash_attention"]),
             "overlap": {c: float(g[f"overlap_{c}"]) for c in pl.OVERLAP_CLASSES},
+            "first_stage_layers": int(g["first_stage_layers"]), "last_stage_layers": int(g["last_stage_layers"]),
+            "ep_dispatcher": list(pl.EP_DISPATCHERS)[int(g["ep_dispatcher"])],
+            "capacity_factor": float(g["capacity_factor"]), "expert_imbalance": float(g["expert_imbalance"]),
         }
         time_s = {p: float(row[f"time_{p}_s"]) for p in TIME_PARTS}
         time_s["exposed"] = {p: float(row[f"exposed_{p}_s"]) for p in EXPOSED}

@@ -33,10 +33,11 @@ import numpy as np
 
 from .. import network as net
 from ..hardware import ACTIVATION_BYTES, Hardware
-from ..sizing import ModelSizes
+from ..sizing import ModelSizes, activation_widths
 from ..walls import communication as cm
 from ..walls import compute as cw
 from ..walls import memory as mw
+from . import stages
 from .plan import Plan
 
 #: the classes of communication, in the order the outputs list them
@@ -48,25 +49,33 @@ EXPOSED_COMM = ("tp", "ep", "cp", "pp", "dp", "zero")
 @dataclass(frozen=True)
 class Layout:
     """How a plan lays the model out: devices, micro-batches per step ``m``, tokens per
-    micro-batch on one device before sequence parallelism, the layers of the most
-    loaded stage and their share of the model, and the keys each query attends to."""
+    micro-batch on one device before sequence parallelism, the transformer layers of the
+    first, most loaded middle and last pipeline stage (:mod:`snlab.training.stages`; the
+    last also runs any multi-token-prediction modules), the layers of the most loaded
+    stage and their share of the model, and the keys each query attends to."""
 
     devices: np.ndarray
     micro_batches: np.ndarray
     tokens: np.ndarray
+    first_layers: np.ndarray
+    middle_layers: np.ndarray
+    last_layers: np.ndarray
     stage_layers: np.ndarray
     stage_share: np.ndarray
     context: np.ndarray
 
 
 def layout(sizes: ModelSizes, plan: Plan) -> Layout:
-    """Stages may be uneven: the heaviest holds ceil(L / (p v)) layers per chunk. Causal
-    FlashAttention skips the masked half of the scores (Dao 2023, FlashAttention-2,
-    Sec. 3.1); materialised scores are computed in full."""
-    stage_layers = np.ceil(sizes.layers / (plan.pp * plan.interleave)) * plan.interleave
+    """Causal FlashAttention skips the masked half of the scores (Dao 2023,
+    FlashAttention-2, Sec. 3.1); materialised scores are computed in full."""
+    split = stages.split(sizes.layers, np.round(plan.pp).astype(np.int64),
+                         np.round(plan.first_stage_layers).astype(np.int64),
+                         np.round(plan.last_stage_layers).astype(np.int64), stages.sizes_tail(sizes))
+    first, middle, last = (x.astype(float) for x in (split.first, split.middle, split.last))
+    most = np.maximum(np.maximum(first, middle), last + sizes.mtp_modules)
     return Layout(devices=plan.devices, micro_batches=plan.micro_batches,
-                  tokens=plan.micro_batch * plan.seq_len / plan.cp, stage_layers=stage_layers,
-                  stage_share=stage_layers / sizes.layers,
+                  tokens=plan.micro_batch * plan.seq_len / plan.cp, first_layers=first, middle_layers=middle,
+                  last_layers=last, stage_layers=most, stage_share=most / sizes.layers,
                   context=np.where(plan.flash_attention > 0, 0.5, 1.0) * plan.seq_len)
 
 
@@ -84,11 +93,8 @@ class Activations:
 
 def activation_inputs(sizes: ModelSizes, plan: Plan) -> dict:
     """The inputs of the memory wall's activation formula for this plan."""
-    return dict(seq_len=plan.seq_len / plan.cp, micro_batch=plan.micro_batch, hidden_size=sizes.hidden_size,
-                heads=sizes.heads, tp=plan.tp, kv_heads=sizes.activation_kv_heads,
-                head_dim=sizes.activation_head_dim, ffn_activation_width=sizes.ffn_activation_width,
-                mlp_matrices=sizes.mlp_matrices, sequence_parallel=plan.sequence_parallel,
-                activation_bytes=ACTIVATION_BYTES)
+    return dict(activation_widths(sizes), seq_len=plan.seq_len / plan.cp, micro_batch=plan.micro_batch,
+                tp=plan.tp, sequence_parallel=plan.sequence_parallel, activation_bytes=ACTIVATION_BYTES)
 
 
 def activations(sizes: ModelSizes, plan: Plan) -> Activations:
@@ -104,9 +110,10 @@ def activations(sizes: ModelSizes, plan: Plan) -> Activations:
 
 @dataclass(frozen=True)
 class Compute:
-    """Compute per micro-batch on the slowest (last) stage [s]: one layer's forward
-    parts, the stage's forward (layers, logits), the recomputation, and the total
-    (forward + a backward twice as long + recomputation)."""
+    """Compute per micro-batch on the slowest stage [s]: one average layer's forward
+    parts (the routed experts at the busiest device's load), the output layer, the
+    multi-token-prediction modules' forward, the slowest stage's forward and its
+    recomputation, and the total (forward + a backward twice as long + recomputation)."""
 
     dense_gemm: np.ndarray
     expert_gemm: np.ndarray
@@ -114,9 +121,17 @@ class Compute:
     elementwise: np.ndarray
     layer_forward: np.ndarray
     logits: np.ndarray
+    mtp: np.ndarray
     stage_forward: np.ndarray
     recompute: np.ndarray
     per_microbatch: np.ndarray
+
+
+def expert_load(plan: Plan):
+    """Tokens the busiest expert device computes, over the mean [1]: the routing's
+    imbalance, cut to the capacity factor when tokens beyond it are dropped."""
+    return np.where(plan.capacity_factor > 0, np.minimum(plan.expert_imbalance, plan.capacity_factor),
+                    plan.expert_imbalance)
 
 
 def compute(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, act: Activations) -> Compute:
@@ -125,7 +140,8 @@ def compute(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, act: Activ
     dense = cw.gemm_time(gemm_m=tok, gemm_k=h, gemm_n=sizes.dense_matmul_params / (h * t),
                          element_bytes=ACTIVATION_BYTES, **roof)
     if sizes.experts:
-        per_expert = tok * sizes.experts_per_token * plan.ep / sizes.experts     # tokens each local expert gets
+        # tokens each local expert gets on the busiest device
+        per_expert = tok * sizes.experts_per_token * plan.ep / sizes.experts * expert_load(plan)
         experts = (sizes.experts / plan.ep) * cw.gemm_time(
             gemm_m=per_expert, gemm_k=h, gemm_n=sizes.expert_params_one / (h * t),
             element_bytes=ACTIVATION_BYTES, **roof) * sizes.moe_layers / sizes.layers    # average layer
@@ -144,17 +160,29 @@ def compute(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, act: Activ
     logits = (cw.gemm_time(gemm_m=tok, gemm_k=h, gemm_n=sizes.vocab_size / t, element_bytes=ACTIVATION_BYTES,
                            **roof)
               + cw.roofline_time(flops=0.0, bytes_moved=2 * logits_bytes, **roof))
-    stage_forward = lay.stage_layers * layer_forward + logits
+    # an MTP module: one more layer, the 2h -> h projection and the output head again
+    mtp = sizes.mtp_modules * (layer_forward + logits + cw.gemm_time(
+        gemm_m=tok, gemm_k=2 * h, gemm_n=h / t, element_bytes=ACTIVATION_BYTES, **roof))
     scores = cw.roofline_time(flops=0.0, bytes_moved=np.where(plan.flash_attention > 0, 0.0,
                                                                2 * (act.everything - act.selective)), **roof)
     # full: the layers' forward again; selective: the attention scores again; FlashAttention
     # recomputes the scores in its backward pass whatever the setting (Dao et al. 2022)
-    recompute = np.where(plan.recompute == 2, lay.stage_layers * layer_forward,
-                         np.where((plan.recompute == 1) | (plan.flash_attention > 0),
-                                  lay.stage_layers * (attention + scores), 0.0))
+    layer_recompute = np.where(plan.recompute == 2, layer_forward,
+                               np.where((plan.recompute == 1) | (plan.flash_attention > 0), attention + scores, 0.0))
+    # each stage: its layers, the embedding (first: negligible), the output layer and any
+    # MTP modules (last); the slowest sets the pipeline's pace
+    single = plan.pp <= 1
+    last_forward = lay.last_layers * layer_forward + logits + mtp
+    candidates = [(np.where(single, last_forward, lay.first_layers * layer_forward), lay.first_layers),
+                  (lay.middle_layers * layer_forward, lay.middle_layers),
+                  (last_forward, lay.last_layers + sizes.mtp_modules)]
+    totals = [3 * f + n * layer_recompute for f, n in candidates]
+    slowest = np.argmax(np.stack(np.broadcast_arrays(*totals)), axis=0)
+    stage_forward = np.choose(slowest, np.broadcast_arrays(*[f for f, _ in candidates]))
+    per_microbatch = np.choose(slowest, np.broadcast_arrays(*totals))
     return Compute(dense_gemm=dense, expert_gemm=experts, attention=attention, elementwise=elementwise,
-                   layer_forward=layer_forward, logits=logits, stage_forward=stage_forward, recompute=recompute,
-                   per_microbatch=3 * stage_forward + recompute)
+                   layer_forward=layer_forward, logits=logits, mtp=mtp, stage_forward=stage_forward,
+                   recompute=per_microbatch - 3 * stage_forward, per_microbatch=per_microbatch)
 
 
 def gemm_elements(sizes: ModelSizes, plan: Plan):
@@ -178,15 +206,34 @@ def tensor_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
 
 
 def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
-    """Expert-parallel all-to-alls per micro-batch [s]: dispatch and combine forward,
-    their mirror images backward (and again when recomputing), of every token's k
-    copies over the expert group (ranks t x c apart)."""
+    """Expert-parallel all-to-alls per micro-batch [s] on the slowest stage's MoE layers:
+    dispatch and combine forward, their mirror images backward (and again when
+    recomputing), over the expert group (ranks t x c apart), waiting for the busiest
+    device. ``alltoall`` sends every (token, expert) copy in 16 bits; ``deepep`` sends a
+    token once per remote node (at most as many as the group-limited routing allows) and
+    forwards it inside the node, dispatching in FP8 when the matrix multiplies run in FP8
+    (DeepSeek-V3 report Sec. 3.2.2 and 3.3.3: dispatch and the gradient before the
+    down-projection in FP8, combine in BF16)."""
     if not sizes.experts:
         return np.zeros_like(lay.tokens)
-    calls = 4 + 2 * (plan.recompute == 2)
+    calls = 2 + (plan.recompute == 2)               # dispatch + combine, forward, backward, recompute
     tokens = lay.tokens / np.where(plan.sequence_parallel > 0, plan.tp, 1.0)
     S = tokens * sizes.experts_per_token * sizes.hidden_size * ACTIVATION_BYTES
-    return sizes.moe_layers * lay.stage_share * calls * net.all_to_all(S, plan.ep, plan.tp * plan.cp, hw)
+    plain = 2 * net.all_to_all(S, plan.ep, plan.tp * plan.cp, hw)
+    cap = None
+    if sizes.expert_groups:
+        # a token reaches at most groups_per_token groups of experts; a domain holds
+        # experts / n2 of them
+        def cap(n2):
+            return np.minimum(n2, np.maximum(sizes.groups_per_token * n2 / sizes.expert_groups,
+                                             sizes.groups_per_token))
+    dispatch_bytes = np.where(hw.cast_bytes > 0, 1.0, ACTIVATION_BYTES)
+    disp, comb = net.expert_calls(tokens, sizes.experts_per_token, sizes.hidden_size, plan.ep, dispatch_bytes, hw,
+                                  True, stride=plan.tp * plan.cp, domain_cap=cap)
+    deep = disp + comb
+    per_layer = np.where(plan.ep_dispatcher == 1, deep, plain) * expert_load(plan)
+    moe_layers = sizes.moe_layers * lay.stage_share
+    return np.where(plan.ep > 1, moe_layers * calls * per_layer, 0.0)
 
 
 def context_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
@@ -306,13 +353,19 @@ def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params:
     # the layer being recomputed holds its full activations (full), or its attention
     # scores again (selective without FlashAttention) while its backward runs
     working = np.where(r == 2, act.kept, np.where(r == 1, act.kept - act.selective, 0.0))
-    first = mw.activation_memory_first_stage(activation_memory=per_layer, layers=lay.stage_layers * plan.pp,
-                                             pp=plan.pp, in_flight=np.minimum(plan.pp, lay.micro_batches),
-                                             interleave=plan.interleave)
     logits = mw.logits_memory(seq_len=plan.seq_len / plan.cp, micro_batch=plan.micro_batch,
-                              vocab_size=sizes.vocab_size, tp=plan.tp, logit_bytes=4.0)
-    last = per_layer * lay.stage_layers + logits
-    acts = np.maximum(np.where(plan.pp > 1, first, first + logits), last) + working
+                              vocab_size=sizes.vocab_size, tp=plan.tp, logit_bytes=4.0) * (1 + sizes.mtp_modules)
+
+    def stage(layers, rank):
+        in_flight = mw.stage_in_flight(pp=plan.pp, interleave=plan.interleave, micro_batches=lay.micro_batches,
+                                       stage_rank=rank)
+        return mw.activation_memory_stage(activation_memory=per_layer, stage_layers=layers, in_flight=in_flight)
+
+    # the first stage holds the most micro-batches; the second the most among the middle
+    # ones; the last also keeps the output logits and the MTP modules' layers
+    last = stage(lay.last_layers + sizes.mtp_modules, plan.pp - 1) + logits
+    acts = np.where(plan.pp > 1, np.maximum(np.maximum(stage(lay.first_layers, 0), stage(lay.middle_layers, 1)),
+                                            last), last) + working
     return Memory(weights=states(mw.weight_memory), grads=states(mw.grad_memory),
                   optimizer=states(mw.optimizer_memory), activations=acts, buffers=buffers, per_layer=per_layer)
 
@@ -463,10 +516,13 @@ class Utilisation:
 
 def utilisation(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, sched: Schedule) -> Utilisation:
     tokens = plan.global_batch * plan.seq_len
+    # multi-token-prediction modules are trained with the model: their layer, projection
+    # and output head count as model FLOPs
+    matmul, layers = sizes.matmul_params + sizes.mtp_matmul_params, sizes.layers + sizes.mtp_modules
 
     def forward(context):
-        return cw.forward_flops_per_token(matmul_params=sizes.matmul_params, vocab_size=sizes.vocab_size,
-                                          hidden_size=sizes.hidden_size, layers=sizes.layers, heads=sizes.heads,
+        return cw.forward_flops_per_token(matmul_params=matmul, vocab_size=sizes.vocab_size,
+                                          hidden_size=sizes.hidden_size, layers=layers, heads=sizes.heads,
                                           head_dim=sizes.attention_head_dim, context_len=context)
 
     def util(flops):
@@ -478,8 +534,8 @@ def utilisation(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, sched:
     # FlashAttention recomputes the scores in its backward pass even without recomputation
     recompute = np.where((plan.flash_attention > 0) & (plan.recompute == 0), 1.0, plan.recompute)
     hardware_flops = cw.hardware_step_flops(tokens=tokens, forward_flops_per_token=forward(lay.context),
-                                            recompute=recompute, matmul_params=sizes.matmul_params,
-                                            layers=sizes.layers, heads=sizes.heads, head_dim=sizes.attention_head_dim,
+                                            recompute=recompute, matmul_params=matmul,
+                                            layers=layers, heads=sizes.heads, head_dim=sizes.attention_head_dim,
                                             context_len=lay.context)
     return Utilisation(model_flops=model_flops, palm_flops=palm_flops, hardware_flops=hardware_flops,
                        mfu=util(model_flops), hfu=util(hardware_flops))

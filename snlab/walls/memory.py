@@ -69,15 +69,21 @@ V = sym.vocab_size
 
 qa, ql = sym.activation_bytes, sym.logit_bytes
 
+wq, wo, wc = sym.query_width, sym.attention_output_width, sym.latent_width
+kr, Er, rp, Ls, m = sym.routed_copies, sym.router_width, sym.stage_rank, sym.stage_layers, sym.micro_batches
+
 # Korthikanti Sec. 4.1, per layer, with q_a bytes per activation element (2: 16-bit) and
-# q_a / 2 per dropout-mask element (1 byte). Kept whole under plain tensor parallelism:
-# two LayerNorm inputs, the attention and MLP inputs (4 elements per token and hidden
-# unit) and two dropout masks (2 half elements): 10 s b h bytes at q_a = 2;
-_replicated = 5 * qa * s * b * h
-# split by tensor parallelism: Q, K and V (h + 2 a_kv d_h), the output-projection input
-# (h) and the MLP's hidden tensors n_mlp f (GeLU input and output for f = 4h; gate, up
-# and product for SwiGLU): 24 s b h bytes for GPT at q_a = 2;
-_split = qa * s * b * (2 * h + 2 * akv * dh + nmlp * fact)
+# q_a / 2 per dropout-mask element (1 byte), generalised to the real tensor widths.
+# Kept whole under plain tensor parallelism: two LayerNorm inputs, the attention and MLP
+# inputs (4 elements per token and hidden unit) and two dropout masks (2 half elements):
+# 10 s b h bytes at q_a = 2; latent attention's compressed query and key/value and their
+# normalised copies (w_c); the router's fp32 logits (E_r);
+_replicated = qa * s * b * (5 * h + wc) + ql * s * b * Er
+# split by tensor parallelism: Q (w_q), K and V (2 a_kv d_h), the output-projection input
+# (w_o), the MLP's hidden tensors n_mlp f (GeLU input and output for f = 4h; gate, up and
+# product for SwiGLU), and on MoE layers the k dispatched copies of the token and the k
+# expert outputs before they are combined (2 k_r h): 24 s b h bytes for GPT at q_a = 2;
+_split = qa * s * b * (wq + wo + 2 * akv * dh + nmlp * fact + 2 * kr * h)
 # attention scores: softmax output a s^2 b, its dropout mask (half), dropout output.
 _scores = sp.Rational(5, 2) * qa * a * s**2 * b
 
@@ -88,22 +94,36 @@ activation_memory_per_layer = Formula(
         (_replicated / t**sigma + _split / t, sp.Eq(r, 1)),
         (_replicated / t**sigma + (_split + _scores) / t, True),
     ),
-    "Korthikanti 2022 Table 2 and Sec. 4.1: s b h (34 + 5 a s / h) without parallelism, at q_a = 2",
+    "Korthikanti 2022 Table 2 and Sec. 4.1: s b h (34 + 5 a s / h) without parallelism, at q_a = 2 "
+    "(w_q = w_o = h, no latents, no experts); the tensors each term counts, at the model's real widths",
     "Activation bytes one layer keeps for one micro-batch. r = 0: everything "
-    "(s b h (10 + 24/t + 5 a s/(h t)), or s b h (34 + 5 a s/h)/t with sequence "
+    "(s b h (10 + 24/t + 5 a s/(h t)) for GPT, or s b h (34 + 5 a s/h)/t with sequence "
     "parallelism); r = 1 (selective): without the 5 a s^2 b attention-score term; "
-    "r = 2 (full): only the layer input 2 s b h (/t with sequence parallelism).",
+    "r = 2 (full): only the layer input 2 s b h (/t with sequence parallelism). Latent "
+    "attention keeps its wider queries (a 192 for DeepSeek-V3), keys, values and output "
+    "(a 128), and its latents; a MoE layer keeps its k dispatched token copies and k "
+    "expert outputs.",
 )
 
-interleave_factor = sp.Piecewise((1, sp.Eq(v, 1)), (1 + (p - 1) / (p * v), True))
+stage_in_flight = Formula(
+    "stage_in_flight", "in_flight",
+    sp.Piecewise((sp.Min(m, p - rp), sp.Eq(v, 1)),
+                 (sp.Min(m, (2 * (p - rp - 1) + (v - 1) * p + 1) / v), True)),
+    "Narayanan 2021 Sec. 2.2 (1F1B: stage r runs p - r forward passes before its first "
+    "backward); Megatron-Core pipeline_parallel/schedules.py (interleaved warm-up: "
+    "2 (p - r - 1) + (v - 1) p micro-batch chunks on rank r, micro-batches in groups of p); "
+    "Korthikanti 2022 Sec. 4.2.3 (the first stage: p (1 + (p - 1)/(p v)))",
+    "Micro-batches whose activations pipeline stage r holds at once, in whole-stage "
+    "equivalents: p - r under 1F1B; under the interleaved schedule the warm-up chunks "
+    "plus the one in flight, over v chunks per stage; never more than the micro-batches.",
+)
 
-activation_memory_first_stage = Formula(
-    "activation_memory_first_stage", "activation_memory",
-    sym.activation_memory * (L / p) * nf * interleave_factor,
-    "Korthikanti 2022 Sec. 4.2.3 (Eq. 5): the first 1F1B stage holds p micro-batches; "
-    "interleaving multiplies by 1 + (p - 1)/(p v)",
-    "Activation bytes of the most loaded (first) pipeline stage: per-layer bytes times "
-    "its L/p layers times the micro-batches in flight n_f = min(p, m).",
+activation_memory_stage = Formula(
+    "activation_memory_stage", "activation_memory",
+    sym.activation_memory * Ls * nf,
+    "Korthikanti 2022 Sec. 4.2.3 (Eq. 5), for a stage of L_s layers",
+    "Activation bytes of a pipeline stage: per-layer bytes, times its L_s layers, times "
+    "the micro-batches it holds in flight.",
 )
 
 logits_memory = Formula(
