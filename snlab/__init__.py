@@ -22,7 +22,7 @@ from .specs import Device, Model, System
 __version__ = "0.2.0"
 
 _LAZY_MODULES = ("walls", "sizing", "symbols", "units", "presets", "charts", "widgets", "network", "hardware",
-                 "training", "serving", "validation", "claims", "compare", "grid")
+                 "training", "serving", "validation", "claims", "compare", "grid", "uncertainty")
 
 _LAZY_FUNCTIONS = {
     "train": "snlab.training", "sweep": "snlab.training", "search": "snlab.training",

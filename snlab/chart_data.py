@@ -84,7 +84,10 @@ def as_frame(data) -> pd.DataFrame:
                "time_bubble_s": t["bubble"], "time_optimizer_s": t["optimizer"],
                "time_contention_s": t["contention"], "exposed_comm_s": t["exposed_communication"],
                "memory_capacity_bytes": mem["capacity"], "memory_usable_bytes": mem["usable"],
-               "memory_total_bytes": mem["total"]}
+               "memory_total_bytes": mem["total"],
+               **{k: (np.nan if getattr(r, k) is None else getattr(r, k))
+                  for k in ("step_time_s_low", "step_time_s_high", "mfu_low", "mfu_high")},
+               "band_runs": r.band_runs}
         row.update({f"exposed_{k}_s": v for k, v in t["exposed"].items()})
         row.update({f"memory_{k}_bytes": mem[k] for k in ("weights", "grads", "optimizer", "activations", "buffers")})
         plan = dict(r.plan)

@@ -147,6 +147,12 @@ def metric_chart(data, x: str, y: str = "mfu", color: str = "system", sort=None,
     plot["metric"] = scaled(frame, y).values
     if "step_time_s" in frame.columns and y != "step_time_s":
         plot["step_s"] = frame["step_time_s"].astype(float).values
+    if _has_band(frame, y):
+        # the range published runs of the same regime came out in (snlab.uncertainty)
+        factor = FIELDS.get(y, ("", 1.0, ""))[1]
+        plot["band_low"] = frame[f"{y}_low"].astype(float).values * factor
+        plot["band_high"] = frame[f"{y}_high"].astype(float).values * factor
+        plot["band_runs"] = frame["band_runs"].values if "band_runs" in frame.columns else 0
     numeric_x = x in FIELDS and x not in ("micro_batch",) and pd.api.types.is_numeric_dtype(frame[x])
     if numeric_x:
         x_title = title_of(x)
@@ -173,7 +179,21 @@ def metric_chart(data, x: str, y: str = "mfu", color: str = "system", sort=None,
     if "fits" in plot.columns and mark == "line" and not plot["fits"].all():
         enc["shape"] = alt.Shape("fits:N", title="fits in memory", scale=alt.Scale(domain=[True, False],
                                                                                    range=["circle", "cross"]))
-    return marked.encode(**enc).properties(width=width, height=height)
+    if not _has_band(frame, y):
+        return marked.encode(**enc).properties(width=width, height=height)
+    # the band of published runs: one vertical bar per point, from the same data
+    encoding = dict(x=x_enc, y=alt.Y("band_low:Q"), y2="band_high:Q", color=enc["color"],
+                    tooltip=[alt.Tooltip("band_low:Q", title="published runs: from", format=".3~g"),
+                             alt.Tooltip("band_high:Q", title="to", format=".3~g"),
+                             alt.Tooltip("band_runs:Q", title="runs behind the band")])
+    if mark == "bar":
+        encoding["xOffset"] = enc["xOffset"]
+    bars = base.mark_errorbar(ticks=True).encode(**encoding).transform_filter("isValid(datum.band_low)")
+    return alt.layer(marked.encode(**enc), bars).properties(width=width, height=height)
+
+
+def _has_band(frame: pd.DataFrame, y: str) -> bool:
+    return f"{y}_low" in frame.columns and f"{y}_high" in frame.columns and bool(frame[f"{y}_low"].notna().any())
 
 
 def mfu_chart(data, x: str = "model", color: str = "system", **kw) -> alt.Chart:
@@ -271,7 +291,8 @@ def kv_placement_frame(frame: pd.DataFrame, by: Sequence[str] = ("system",)) -> 
     capacity = np.asarray([load_system(str(s)).device.hbm_capacity for s in frame["system"]])
     total = sum(frame[col].to_numpy(dtype=float) for _, col, _ in KV_PARTS)
     long = _parts_long(frame, KV_PARTS, by, total, capacity,
-                       ("system", "model", "tp", "pp", "dp", "ep", "batch", "prompt_len", "kv_location", "fits"))
+                       ("system", "model", "tp", "pp", "dp", "ep", "batch", "prompt_len", "kv_location", "fits",
+                        "lender_devices"))
     long["tpot_ms"] = np.tile(frame["tpot_s"].to_numpy(dtype=float) * 1e3, len(KV_PARTS))
     return long
 
@@ -280,9 +301,10 @@ def kv_placement(frame: pd.DataFrame, by: Sequence[str] = ("system",), title: st
                  width: int = 420, height: int = 260) -> alt.LayerChart:
     """Stacked bars of where a serving device's memory goes [GB] (weights, then the KV
     cache in HBM, the supernode's pool, host DRAM, SSD, or nowhere), with a black tick
-    at the device's HBM capacity."""
+    at the device's HBM capacity; the tooltip counts the devices lending HBM to the pool."""
     long = kv_placement_frame(frame, by)
     extra = [alt.Tooltip("kv_location:N", title="KV cache lives in"),
+             alt.Tooltip("lender_devices:Q", title="devices lending HBM to the pool"),
              alt.Tooltip("tpot_ms:Q", title="time per output token [ms]", format=".3~g"),
              alt.Tooltip("batch:Q", title="batch [sequences]"), alt.Tooltip("prompt_len:Q", title="prompt [tokens]")]
     return _stacked_memory(long, KV_PARTS, by, "memory", title or "Where the KV cache lives (black tick: HBM)",

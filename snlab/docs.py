@@ -1,11 +1,13 @@
-"""The README's generated parts, and the command that writes them.
+"""The README's generated parts and the error bands, and the command that writes them.
 
-    python -m snlab.docs            # rewrite the generated blocks of ./README.md
-    python -m snlab.docs --check    # exit 1 if any block is out of date
+    python -m snlab.docs            # rewrite the error bands and the README's generated blocks
+    python -m snlab.docs --check    # exit 1 if either is out of date
 
 A generated block sits between ``<!-- NAME -->`` and ``<!-- /NAME -->`` in the README;
 :func:`blocks` computes each from the library (the nomenclature, the architecture, the
 accuracy against published runs, the claims), so the README says what the code does.
+The error bands (``snlab/presets/data/error_bands.toml``) come from the published runs
+(:mod:`snlab.validation.bands`) and are written first: the claims read them.
 """
 
 from __future__ import annotations
@@ -38,11 +40,27 @@ def render(text: str, generated: dict[str, str]) -> str:
     return text
 
 
+def bands_path() -> Path:
+    """Where the error bands live."""
+    from .presets.loader import DATA
+    return DATA / "error_bands.toml"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snlab.docs", description=__doc__.splitlines()[0])
     parser.add_argument("--readme", default="README.md")
     parser.add_argument("--check", action="store_true", help="only check; exit 1 if a block is out of date")
     args = parser.parse_args(argv)
+    from . import uncertainty
+    from .validation.bands import bands_toml
+    bands_new = bands_toml()
+    bands_old = bands_path().read_text(encoding="utf-8") if bands_path().exists() else ""
+    if args.check and bands_new != bands_old:
+        print("error bands are out of date: run python -m snlab.docs")
+        return 1
+    if bands_new != bands_old:
+        bands_path().write_text(bands_new, encoding="utf-8")
+        uncertainty.reload()
     path = Path(args.readme)
     old = path.read_text(encoding="utf-8")
     new = render(old, blocks())

@@ -62,6 +62,7 @@ class Hardware:
     host_bandwidth: float
     host_capacity: float
     host_latency: float
+    host_memory_bandwidth: float
     pool_bandwidth: float
     pool_capacity: float
     pool_domain_capacity: float
@@ -84,6 +85,8 @@ class Hardware:
     scale_out_ep_combine_efficiency: float
     scale_out_ep_bulk_efficiency: float
     flash_attention_efficiency: float = 0.0
+    scale_up_node_latency: float = 0.0
+    devices_per_node: float = 0.0
     cast_bytes: float = 0.0
     memory_reserve: float = 0.0
     allocator_efficiency: float = 1.0
@@ -159,6 +162,8 @@ def hardware(system: "System", precision: str = "bf16") -> Hardware:
         scale_out_bandwidth=out.bandwidth, scale_out_latency=out.latency, scale_out_efficiency=out.efficiency,
         scale_out_call_latency=out.call_latency,
         host_bandwidth=system.host.bandwidth, host_capacity=system.host.capacity, host_latency=system.host.latency,
+        host_memory_bandwidth=system.host.memory_bandwidth,
+        scale_up_node_latency=up.node_latency or up.latency, devices_per_node=float(system.devices_per_node),
         pool_bandwidth=pool.bandwidth if pool else 0.0,
         pool_capacity=(pool.capacity / up.domain_size) if pool else 0.0,
         pool_domain_capacity=pool.capacity if pool else 0.0, pool_latency=pool.latency if pool else 0.0,

@@ -36,13 +36,26 @@ def split(n, stride, hw: Hardware):
     return n1, n2
 
 
+def inner_step_latency(n1, hw: Hardware):
+    """Mean latency of one ring step inside a scale-up domain [s]: a domain that spans
+    several nodes (CloudMatrix384's 48 nodes on one bus) has n1 - k steps inside nodes, at
+    ``scale_up_node_latency``, and k between them, for a group of n1 over k nodes."""
+    per_node = np.maximum(np.minimum(n1, hw.devices_per_node), 1.0)
+    k = np.ceil(n1 / per_node)
+    steps = np.maximum(n1 - 1, 1.0)
+    crossing = np.where(k > 1, k, 0.0)
+    return np.where(n1 > 1, ((steps - crossing) * hw.scale_up_node_latency + crossing * hw.scale_up_latency) / steps,
+                    hw.scale_up_latency)
+
+
 def levels(n1, n2, hw: Hardware) -> dict:
-    """The two-level collective formulas' inputs for a group of n1 x n2 devices: a
+    """The two-level collective formulas' inputs for a group of n1 x n2 devices: each
+    ring step pays its own level's latency (:func:`inner_step_latency` inside a domain); a
     call spanning domains pays the larger of the two levels' per-call latencies."""
     spans = n2 > 1
     return dict(
         inner_size=n1, outer_size=n2,
-        inner_latency=hw.scale_up_latency, inner_bandwidth=hw.scale_up_bandwidth,
+        inner_latency=inner_step_latency(n1, hw), inner_bandwidth=hw.scale_up_bandwidth,
         inner_efficiency=hw.scale_up_efficiency,
         outer_latency=hw.scale_out_latency, outer_bandwidth=hw.scale_out_bandwidth,
         outer_efficiency=hw.scale_out_efficiency,

@@ -37,13 +37,14 @@ DEVICE = {
                     ("flash_attention_efficiency", "1", False)],
 }
 LEVEL = [("bandwidth", "bytes/s", True), ("latency", "s", True), ("efficiency", "1", True),
-         ("call_latency", "s", False), ("ep_dispatch_efficiency", "1", False),
+         ("call_latency", "s", False), ("node_latency", "s", False), ("ep_dispatch_efficiency", "1", False),
          ("ep_combine_efficiency", "1", False), ("ep_bulk_efficiency", "1", False)]
 SYSTEM = {
     "": [("devices_per_node", "count", True), ("max_devices", "count", False)],
     "scale_up": [("domain_size", "count", True)] + LEVEL,
     "scale_out": LEVEL,
-    "host": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes", True)],
+    "host": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes", True),
+             ("memory_bandwidth", "bytes/s", True)],
     "pool": [("capacity", "bytes", True), ("bandwidth", "bytes/s", True), ("latency", "s", True)],
     "storage": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes", True)],
 }
@@ -62,7 +63,7 @@ MODEL = {
             ("q_lora_rank", "count0", False)],
 }
 MODEL_FLAGS = ("gated_mlp", "biases", "tied_embeddings", "learned_positions")
-STRINGS = {"device": {"": ("name", "kind", "description", "vendor", "compute", "memory", "calibration")},
+STRINGS = {"device": {"": ("name", "kind", "description", "vendor", "family", "compute", "memory", "calibration")},
            "system": {"": ("name", "kind", "description", "device", "scale_up", "scale_out", "host",
                            "pool", "storage"),
                       **{s: ("technology",) for s in ("scale_up", "scale_out", "host", "pool", "storage")}},

@@ -95,6 +95,8 @@ class Device:
         multiplies; 0 means "use gemm_efficiency".
     flash_attention_efficiency : achievable fraction of the 16-bit peak of the fused
         attention kernel in training; 0 means "as a 16-bit matrix multiply".
+    family : the chip the device is built around ("A100", "H100", ...): published runs
+        on one member of a family say how far to trust predictions for the others.
     """
 
     name: str
@@ -113,6 +115,7 @@ class Device:
     overlap_contention: float = 0.0
     gemm_efficiency_fp8: float = 0.0
     flash_attention_efficiency: float = 0.0
+    family: str = ""
     provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
 
     kind = "device"
@@ -169,6 +172,8 @@ class Level:
     collective step, software included; efficiency: achievable fraction of bandwidth
     in collectives; domain_size: devices in one domain (scale-up only);
     call_latency [s]: fixed cost of one collective call (launch, synchronisation).
+    node_latency [s]: per-step latency between devices of the same node when the
+    domain spans several nodes (0: the same as latency).
     ep_dispatch_efficiency, ep_combine_efficiency: achievable fraction of bandwidth of
     the expert-parallel dispatch and combine kernels at decode sizes (low-latency
     kernels, a few hundred tokens per device); ep_bulk_efficiency: the same for the
@@ -181,6 +186,7 @@ class Level:
     efficiency: float
     domain_size: int = 0
     call_latency: float = 0.0
+    node_latency: float = 0.0
     ep_dispatch_efficiency: float = 0.0
     ep_combine_efficiency: float = 0.0
     ep_bulk_efficiency: float = 0.0
@@ -189,12 +195,14 @@ class Level:
 @dataclass(frozen=True)
 class HostLink:
     """Device-to-host link for offload: bandwidth [bytes/s] per device per direction,
-    latency [s], capacity [bytes] of host memory per device."""
+    latency [s], capacity [bytes] of host memory per device, and memory_bandwidth
+    [bytes/s]: the host DRAM's peak bandwidth per device (a CPU optimizer step's pace)."""
 
     technology: str
     bandwidth: float
     latency: float
     capacity: float
+    memory_bandwidth: float = 0.0
 
 
 @dataclass(frozen=True)

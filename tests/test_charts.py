@@ -147,11 +147,28 @@ def test_invalid_rows_are_not_drawn():
 def test_metric_chart_orders_overlap_and_scales_mfu(frame):
     chart = charts.mfu_chart(frame, x="overlap", detail="micro_batch")
     spec = chart.to_dict()
-    assert spec["encoding"]["x"]["sort"] == charts.OVERLAP_ORDER
+    line = spec["layer"][0] if "layer" in spec else spec
+    assert line["encoding"]["x"]["sort"] == charts.OVERLAP_ORDER
     values = spec["data"]["values"]
     mfu = sorted(v["metric"] for v in values)
     valid = frame[frame["valid"]]
     np.testing.assert_allclose(mfu, sorted(100 * valid["mfu"]), rtol=1e-12)
+
+
+def test_mfu_chart_draws_the_error_band_where_published_runs_exist():
+    """A100 plans carry the band of published A100 training runs; the supernode's
+    (no published training runs) draws no bar."""
+    df = snlab.sweep("megatron-1t", ["dgx-a100", "cloudmatrix384"], tp=8, pp=64, dp=6, global_batch=3072)
+    spec = charts.mfu_chart(df, x="system", mark="bar").to_dict()
+    marks = [layer["mark"]["type"] for layer in spec["layer"]]
+    assert marks == ["bar", "errorbar"]
+    rows = {v["system"]: v for v in spec["data"]["values"]}
+    a100 = rows["dgx-a100"]
+    assert a100["band_low"] < a100["metric"] * 1.0 + 1e-9 <= a100["band_high"] + a100["metric"]
+    assert a100["band_runs"] >= 8
+    band = snlab.uncertainty.band("training", "A100")
+    assert a100["band_low"] == pytest.approx(a100["metric"] / band.high)
+    assert rows["cloudmatrix384"]["band_runs"] == 0
 
 
 def test_roofline_shape():

@@ -173,3 +173,23 @@ def test_malformed_flags_are_one_line(extra, needle):
     proc = run(*args, check=False)
     assert proc.returncode == 2
     assert_one_line_error(proc, needle)
+
+
+def test_json_carries_the_error_band(capsys):
+    """Training on A100 has published runs: the JSON bounds step time, MFU and throughput
+    by their spread; on CloudMatrix384 there are none, and the fields are null."""
+    import json
+
+    from snlab.cli import main
+    plan = ["--tp", "8", "--pp", "64", "--dp", "6", "--micro-batch", "1", "--global-batch", "3072",
+            "--recompute", "full", "--json"]
+    assert main(["train", "--model", "megatron-1t", "--system", "dgx-a100", *plan]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["band_runs"] >= 8
+    assert out["step_time_s_low"] < out["step_time_s_high"]
+    band = snlab.uncertainty.band("training", "A100")
+    assert out["step_time_s_high"] == pytest.approx(out["step_time_s"] * band.high)
+    assert out["mfu_low"] < out["mfu_high"] and out["tokens_per_s_low"] < out["tokens_per_s_high"]
+    assert main(["train", "--model", "megatron-1t", "--system", "cloudmatrix384", *plan]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["band_runs"] == 0 and out["mfu_low"] is None and "no published" in out["band"]

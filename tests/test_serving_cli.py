@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+import snlab
+
 LONG = ["--model", "llama3-70b", "--tp", "8", "--batch", "4", "--prompt-len", "1M", "--output-len", "1000",
         "--context", "1M"]
 
@@ -51,3 +53,33 @@ def test_errors_are_one_line(args, needle):
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("snlab: error:") and needle in lines[0]
+
+
+def test_borrowed_memory_is_charged_to_the_lenders(capsys):
+    """1M-token contexts of Llama 3 70B on CloudMatrix384: the KV cache that does not fit
+    borrows peers' HBM through the pool; those peers serve nothing, so the result names
+    them and every per-device throughput counts them."""
+    import json
+
+    from snlab.cli import main
+    args = ["serve", "--model", "llama3-70b", "--system", "cloudmatrix384", "--tp", "8", "--batch", "4",
+            "--prompt-len", "1000000", "--output-len", "1000", "--context", "1000000"]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lenders = out["lender_devices"]
+    pooled = out["kv_bytes_per_device"]["pool"] * out["devices"]
+    usable = out["deployment"]["hbm_utilization"] * snlab.device("ascend-910c").hbm_capacity
+    assert lenders == -(-pooled // usable) and lenders >= 1
+    assert out["decode_tokens_per_s_per_device"] == pytest.approx(out["decode_tokens_per_s"] / (8 + lenders))
+    for key in ("tpot_s_low", "tpot_s_high", "decode_tokens_per_s_per_device_low",
+                "decode_tokens_per_s_per_device_high", "band_runs", "band"):
+        assert key in out
+    assert out["band_runs"] >= 2 and out["tpot_s_low"] <= out["tpot_s"] * 1.0001 <= out["tpot_s_high"] * 1.0001 + 1e-12
+    assert main(args) == 0
+    assert "lending HBM to the pool" in capsys.readouterr().out
+
+
+def test_no_band_without_published_runs():
+    r = snlab.serve("llama3-70b", "gb200-nvl72", tp=8, batch=4, prompt_len=1000, output_len=100)
+    assert r.band_runs == 0 and r.tpot_s_low is None and "no published" in r.band
+    assert "null" in r.to_json()

@@ -38,3 +38,18 @@ def test_readme_summary_matches_the_table():
         assert cells[2] == str(row.runs)
         assert cells[3] == f"{row.median_abs_error:.1%}" and cells[4] == f"{row.median_error:+.1%}"
         assert cells[5] == f"{row.worst_abs_error:.1%}" and cells[6] == f"{row.within}/{row.runs}"
+
+
+def test_the_error_bands_are_the_published_runs_spread():
+    """snlab/presets/data/error_bands.toml is what the runs give (python -m snlab.docs
+    rewrites it), and each band holds every run of its regime."""
+    from snlab import uncertainty
+    from snlab.docs import bands_path
+    from snlab.validation.bands import bands_toml, residuals
+    assert bands_path().read_text(encoding="utf-8") == bands_toml(), "stale: run python -m snlab.docs"
+    frame = residuals()
+    for (regime, family), part in frame.groupby(["regime", "family"]):
+        band = uncertainty.band(regime, family)
+        assert band.runs == len(part)
+        assert band.low <= part["ratio"].min() + 1e-4 and part["ratio"].max() <= band.high + 1e-4
+    assert uncertainty.band("training", "Ascend 910C").runs == 0

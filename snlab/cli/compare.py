@@ -11,6 +11,8 @@ ROWS = [
     ("devices", lambda r: f"{r.devices}"),
     ("step time", lambda r: fmt_seconds(r.step_time_s)),
     ("MFU", lambda r: f"{r.mfu:.1%}"),
+    ("  published runs: from", lambda r: "-" if not r.band_runs else f"{r.mfu_low:.1%}"),
+    ("  to", lambda r: "-" if not r.band_runs else f"{r.mfu_high:.1%}"),
     ("HFU", lambda r: f"{r.hfu:.1%}"),
     ("tokens/s", lambda r: f"{r.tokens_per_s:,.0f}"),
     ("compute", lambda r: fmt_seconds(r.time_s["compute"])),

@@ -85,10 +85,13 @@ def _rate(x: float) -> str:
 
 ROWS = [
     ("devices", lambda r: f"{r.devices}"),
+    ("devices lending HBM to the pool", lambda r: f"{r.lender_devices}"),
     ("batch (sequences)", lambda r: f"{r.deployment['batch']:,}"),
     ("time to first token", lambda r: fmt_seconds(r.ttft_s)),
     ("time per output token", lambda r: fmt_seconds(r.tpot_s)),
     ("decode tokens/s per device", lambda r: _rate(r.decode_tokens_per_s_per_device)),
+    ("  published runs: from", lambda r: "-" if not r.band_runs else _rate(r.decode_tokens_per_s_per_device_low)),
+    ("  to", lambda r: "-" if not r.band_runs else _rate(r.decode_tokens_per_s_per_device_high)),
     ("prefill tokens/s per device", lambda r: _rate(r.prefill_tokens_per_s_per_device)),
     ("weights per device", lambda r: fmt_bytes(r.weights_bytes_per_device)),
     ("KV cache per device", lambda r: fmt_bytes(r.kv_cache_bytes_per_device)),

@@ -129,7 +129,7 @@ def _device(doc: dict, where: str, base=None, depth: int = 0) -> Device:
     cal = _section(doc, "calibration", schema.DEVICE["calibration"], where, top, prov)
     return Device(
         name=_string(doc, "name", where), description=_string(doc, "description", where, False),
-        vendor=_string(doc, "vendor", where, False),
+        vendor=_string(doc, "vendor", where, False), family=_string(doc, "family", where, False),
         peak_flops=FrozenMap({p: compute[p] for p in schema.PRECISIONS if p in compute}),
         hbm_capacity=memory["hbm_capacity"], hbm_bandwidth=memory["hbm_bandwidth"],
         gemm_efficiency=cal["gemm_efficiency"], memory_efficiency=cal["memory_efficiency"],

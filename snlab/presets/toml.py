@@ -70,7 +70,8 @@ def _header(obj, extra: list[str]) -> list[str]:
 def to_toml(obj: Device | System | Model) -> str:
     """TOML text for a device, system or model preset."""
     if isinstance(obj, Device):
-        lines = _header(obj, [f"vendor = {_q(obj.vendor)}"] + _device_top(obj) + [""]) + _device_lines(obj)
+        lines = _header(obj, [f"vendor = {_q(obj.vendor)}", f"family = {_q(obj.family)}"] + _device_top(obj)
+                        + [""]) + _device_lines(obj)
     elif isinstance(obj, System):
         shipped = obj.device.name in loader.names("device") and loader.shipped("device", obj.device.name) == obj.device
         lines = _header(obj, [f"device = {_q(obj.device.name)}"] if shipped else [])
@@ -91,7 +92,8 @@ def to_toml(obj: Device | System | Model) -> str:
         if not shipped:
             lines += (["", "[device]", f"name = {_q(obj.device.name)}",
                        f"description = {_q(obj.device.description)}",
-                       f"vendor = {_q(obj.device.vendor)}"] + _device_top(obj.device) + [""]
+                       f"vendor = {_q(obj.device.vendor)}", f"family = {_q(obj.device.family)}"]
+                      + _device_top(obj.device) + [""]
                       + _device_lines(obj.device, "device."))
     elif isinstance(obj, Model):
         lines = _header(obj, [f"norm = {_q(obj.norm)}"]

@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 
-from .. import grid
+from .. import grid, uncertainty
 from ..errors import SnlabError
 from ..hardware import DTYPE_BYTES, FIELDS, field_dimension, hardware
 from ..presets import PresetLike
@@ -177,6 +177,15 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
             data[key] = np.broadcast_to(col, (n,))
     data["valid"] = broken < 0
     data["reason"] = pd.Categorical.from_codes(reason_codes(broken, out), list(dp_.REASONS))
+    # the error bands of published decode and prefill runs on this chip family (NaN: none)
+    for regime, column in (("serving decode", "decode_tokens_per_s_per_device"),
+                           ("serving prefill", "prefill_tokens_per_s_per_device")):
+        band = uncertainty.band(regime, system.device.family)
+        low, high = (band.low, band.high) if band.runs else (np.nan, np.nan)
+        data[f"{column}_low"], data[f"{column}_high"] = data[column] / high, data[column] / low
+        if regime == "serving decode":
+            data["tpot_s_low"], data["tpot_s_high"] = data["tpot_s"] * low, data["tpot_s"] * high
+            data["band_runs"] = np.full(n, band.runs)
     wall = np.stack([np.broadcast_to(out[w], (n,)) for w in ("wall_compute_s", "wall_memory_s",
                                                               "wall_communication_s")])
     limited = np.argmax(np.nan_to_num(wall, nan=-1.0), axis=0)
@@ -209,8 +218,9 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
     output token stays within ``tpot_target`` [s] and whose KV cache fits.
 
     Candidates are multiples of ``dp`` from ``dp`` up to ``max_batch`` (default: the
-    largest batch that fits with every memory tier). Raises :class:`SnlabError` naming
-    ``tpot_target`` when no batch meets it.
+    largest batch that fits with every memory tier), with the largest that fits in HBM
+    alone among them (beyond it the pool's lenders count against throughput). Raises
+    :class:`SnlabError` naming ``tpot_target`` when no batch meets it.
     """
     m, s = _resolve(model, system)
     if isinstance(tpot_target, str):
@@ -224,7 +234,9 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
     first = serve(m, s, **deployment, batch=deployment.get("dp", 1))
     dp = first.deployment["dp"]
     top = int(max_batch) if max_batch else max(first.limits["max_batch"], dp)
-    per = np.unique(np.round(np.geomspace(1, max(top // dp, 1), 400)))
+    in_hbm = min(max(first.limits["max_batch_hbm"] // dp, 1), max(top // dp, 1))
+    per = np.unique(np.round(np.concatenate([np.geomspace(1, max(top // dp, 1), 400),
+                                             np.geomspace(1, in_hbm, 100), [in_hbm]])))
     batches = per * dp
     g, hw, broken, out = evaluate(m, s, {**deployment, "batch": batches})
     ok = (broken < 0) & out["fits"].astype(bool) & (out["tpot_s"] <= tpot_target)

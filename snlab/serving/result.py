@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hardware import DTYPE_BYTES
+from .. import uncertainty
 from ..result import Result
 from ..specs import Model, System
 from ..units import fmt_bytes, fmt_seconds
@@ -24,6 +25,11 @@ class ServeResult(Result):
     reads, ``dense``/``experts``/``attention`` rooflines, ``tp``/``ep``/``pp``
     communication; ``ep_exposed`` what two-batch overlap leaves visible; ``draft_head``
     the draft tokens' passes through the output head, part of ``dense``).
+    ``lender_devices`` are the peers whose HBM the KV cache borrows through the pool:
+    they serve nothing meanwhile, so every per-device throughput counts them.
+    ``*_low`` / ``*_high`` bound the decode and prefill figures by the error bands of
+    published serving runs on the same chip family (``band_runs`` decode runs, ``band``
+    in words; None without published runs).
     """
 
     model: str
@@ -48,6 +54,15 @@ class ServeResult(Result):
     time_s: dict = field(repr=False)
     limits: dict = field(repr=False)
     batching: dict = field(repr=False)
+    lender_devices: int = 0
+    tpot_s_low: float | None = None
+    tpot_s_high: float | None = None
+    decode_tokens_per_s_per_device_low: float | None = None
+    decode_tokens_per_s_per_device_high: float | None = None
+    prefill_tokens_per_s_per_device_low: float | None = None
+    prefill_tokens_per_s_per_device_high: float | None = None
+    band_runs: int = 0
+    band: str = ""
 
     @classmethod
     def from_row(cls, model: Model, system: System, g: dict, row: dict) -> "ServeResult":
@@ -88,7 +103,16 @@ class ServeResult(Result):
         batching = {"continuous_tokens_per_s_per_device": row["continuous_tokens_per_s_per_device"],
                     "static_tokens_per_s_per_device": row["static_tokens_per_s_per_device"],
                     "continuous_over_static": row["continuous_over_static"]}
-        return cls(model=model.name, system=system.name, deployment=dep, devices=int(row["devices"]),
+        decode = uncertainty.band("serving decode", system.device.family)
+        prefill = uncertainty.band("serving prefill", system.device.family)
+        bands = dict(zip(("tpot_s_low", "tpot_s_high"), decode.time(float(row["tpot_s"]))))
+        bands.update(zip(("decode_tokens_per_s_per_device_low", "decode_tokens_per_s_per_device_high"),
+                         decode.speed(float(row["decode_tokens_per_s_per_device"]))))
+        bands.update(zip(("prefill_tokens_per_s_per_device_low", "prefill_tokens_per_s_per_device_high"),
+                         prefill.speed(float(row["prefill_tokens_per_s_per_device"]))))
+        return cls(**bands, band_runs=decode.runs, band=decode.describe() + "; " + prefill.describe(),
+                   lender_devices=int(row["lender_devices"]),
+                   model=model.name, system=system.name, deployment=dep, devices=int(row["devices"]),
                    ttft_s=row["ttft_s"], tpot_s=row["tpot_s"], decode_step_s=row["decode_step_s"],
                    tokens_per_step=row["tokens_per_step"], decode_tokens_per_s=row["decode_tokens_per_s"],
                    decode_tokens_per_s_per_device=row["decode_tokens_per_s_per_device"],
@@ -105,8 +129,10 @@ class ServeResult(Result):
             ("time to first token", fmt_seconds(self.ttft_s)),
             ("time per output token", f"{fmt_seconds(self.tpot_s)} ({self.tokens_per_step:.3g} tokens per "
                                       f"{fmt_seconds(self.decode_step_s)} step)"),
-            ("decode tokens/s per device", f"{self.decode_tokens_per_s_per_device:,.0f} "
-                                           f"({self.decode_tokens_per_s:,.0f} for all {self.devices})"),
+            ("decode tokens/s per device", f"{self.decode_tokens_per_s_per_device:,.3g} "
+                                           f"({self.decode_tokens_per_s:,.3g} for all {self.devices}"
+                                           + (f" and the {self.lender_devices} lending HBM to the pool"
+                                              if self.lender_devices else "") + ")" + self._decode_band()),
             ("prefill tokens/s per device", f"{self.prefill_tokens_per_s_per_device:,.0f}"),
             ("weights per device", fmt_bytes(self.weights_bytes_per_device)),
             ("KV cache per device", f"{fmt_bytes(self.kv_cache_bytes_per_device)} "
@@ -116,6 +142,7 @@ class ServeResult(Result):
                                  f"{fmt_seconds(t['kv'])}, {fmt_seconds(kv['time_per_output_token_s'])} per "
                                  f"output token, {kv['spill_slowdown']:.3g}x its HBM time"),
             ("fits", ("yes" if self.fits else "NO") + f": {self.reason}"),
+            ("how far to trust it", self.band),
             ("largest batch that fits", f"{self.limits['max_batch']:,} ({self.limits['max_batch_hbm']:,} in HBM)"),
             ("largest context at this batch", f"{self.limits['max_context']:,} tokens "
                                               f"({self.limits['max_context_hbm']:,} in HBM)"),
@@ -135,6 +162,12 @@ class ServeResult(Result):
                      f"{b['static_tokens_per_s_per_device']:,.0f} tokens/s per device "
                      f"({b['continuous_over_static']:.2f}x, prefill included)"))
         return rows
+
+    def _decode_band(self) -> str:
+        if not self.band_runs:
+            return ""
+        return (f"; published runs: {self.decode_tokens_per_s_per_device_low:,.3g} to "
+                f"{self.decode_tokens_per_s_per_device_high:,.3g}")
 
     def deployment_text(self) -> str:
         """The deployment in one line: degrees, batch, lengths, precisions, drafts."""

@@ -151,6 +151,15 @@ class Placement:
     location: np.ndarray
     unplaced: np.ndarray
     weights_fit: np.ndarray
+    lenders: np.ndarray
+
+
+def lender_devices(pool_bytes_per_device, dep: Deployment, hw: Hardware):
+    """Devices whose HBM the deployment borrows through the pool [count]: the pooled KV
+    cache of all its devices over what one peer can lend (its usable HBM). They serve
+    nothing while they lend, so per-device throughputs count them."""
+    lendable = dep.hbm_utilization * hw.hbm_capacity
+    return np.ceil(np.round(pool_bytes_per_device * dep.devices / lendable, 9))
 
 
 def placement(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights) -> Placement:
@@ -184,7 +193,8 @@ def placement(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights) -> Pl
     share = {tier: np.where(kv_dev > 0, placed[tier] / total, 1.0 if tier == "hbm" else 0.0) for tier in KV_TIERS}
     return Placement(kv_per_device=kv_dev, kv_per_token=kv_tok, shard=shard, capacity=caps, placed=placed,
                      share=share, location=location, unplaced=left,
-                     weights_fit=w.per_device <= dep.hbm_utilization * hw.hbm_capacity)
+                     weights_fit=w.per_device <= dep.hbm_utilization * hw.hbm_capacity,
+                     lenders=lender_devices(placed["pool"], dep, hw))
 
 
 def far_read_time(kv_bytes, share: dict, hw: Hardware, reads):
@@ -427,13 +437,15 @@ def columns(dep, hw, w, place, dec, pre, cont, static, fit, wall) -> dict[str, n
     parts, kd, step = dec.stage.parts, dep.draft_tokens, dec.step
     byte_rate = hw.memory_efficiency * hw.hbm_bandwidth
     kv_step = rounds * parts.kv
-    per_replica = dep.tp * dep.pp
+    # devices lending HBM through the pool serve nothing: every per-device rate counts them
+    charged = (dep.devices + place.lenders) / dep.devices
+    per_replica = dep.tp * dep.pp * charged
     return {
-        "devices": dep.devices,
+        "devices": dep.devices, "lender_devices": place.lenders,
         "ttft_s": pre.ttft, "tpot_s": dec.tpot, "decode_step_s": step,
         "tokens_per_step": dec.tokens_per_step * np.ones_like(step),
-        "decode_tokens_per_s": dec.rate, "decode_tokens_per_s_per_device": dec.rate / dep.devices,
-        "prefill_tokens_per_s_per_device": pre.rate,
+        "decode_tokens_per_s": dec.rate, "decode_tokens_per_s_per_device": dec.rate / (dep.devices + place.lenders),
+        "prefill_tokens_per_s_per_device": pre.rate / charged,
         "continuous_tokens_per_s_per_device": cont / per_replica, "static_tokens_per_s_per_device": static / per_replica,
         "continuous_over_static": cont / static,
         "weights_bytes_per_device": w.per_device, "kv_cache_bytes_per_device": place.kv_per_device,

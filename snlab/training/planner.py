@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .. import grid
+from .. import grid, uncertainty
 from ..errors import SnlabError
 from ..hardware import field_dimension, hardware
 from ..presets import PresetLike
@@ -243,6 +243,12 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     code = np.where(valid & fits_dev & ~np.broadcast_to(out["fits"], (n,)), len(pl.RULES) + 2, code)
     data["valid"] = valid
     data["reason"] = pd.Categorical.from_codes(code, list(REASONS))
+    # the error band of published training runs on this chip family (NaN: none)
+    band = uncertainty.band("training", system.device.family)
+    low, high = (band.low, band.high) if band.runs else (np.nan, np.nan)
+    data["step_time_s_low"], data["step_time_s_high"] = data["step_time_s"] * low, data["step_time_s"] * high
+    data["mfu_low"], data["mfu_high"] = data["mfu"] / high, data["mfu"] / low
+    data["band_runs"] = np.full(n, band.runs)
     wall = np.stack([out["wall_compute_s"], out["wall_communication_s"], out["wall_memory_s"]])
     limited = np.argmax(np.broadcast_to(wall, (3, n)), axis=0)
     limited = np.where(data["fits"], limited, 2)

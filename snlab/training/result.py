@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import uncertainty
 from ..result import Result
 from ..specs import Model, System
 from ..units import fmt_bytes, fmt_seconds
@@ -21,6 +22,9 @@ class TrainResult(Result):
 
     Times are seconds per step; ``time_s`` holds the parts (``compute`` includes
     ``recompute``; communication parts are totals, ``exposed`` what the step sees).
+    ``*_low`` / ``*_high`` bound the step time, MFU and throughput by the error band of
+    published training runs on the same chip family (``band_runs`` of them, ``band`` in
+    words); with no published runs they are None (null in JSON).
     """
 
     model: str
@@ -43,6 +47,14 @@ class TrainResult(Result):
     memory_bytes_per_device: dict = field(repr=False)
     bubble_fraction: float = 0.0
     micro_batches: int = 1
+    step_time_s_low: float | None = None
+    step_time_s_high: float | None = None
+    mfu_low: float | None = None
+    mfu_high: float | None = None
+    tokens_per_s_low: float | None = None
+    tokens_per_s_high: float | None = None
+    band_runs: int = 0
+    band: str = ""
 
     @classmethod
     def from_row(cls, model: Model, system: System, precision: str, g: dict, labels: dict, row: dict):
@@ -68,7 +80,13 @@ class TrainResult(Result):
         fits = bool(row["fits"])
         walls = {"compute": row["wall_compute_s"], "communication": row["wall_communication_s"],
                  "memory": row["wall_memory_s"]}
-        return cls(model=model.name, system=system.name, precision=precision, plan=plan,
+        band = uncertainty.band("training", system.device.family)
+        step, mfu, tps = float(row["step_time_s"]), float(row["mfu"]), float(row["tokens_per_s"])
+        bands = dict(zip(("step_time_s_low", "step_time_s_high"), band.time(step)))
+        bands.update(zip(("mfu_low", "mfu_high"), band.speed(mfu)))
+        bands.update(zip(("tokens_per_s_low", "tokens_per_s_high"), band.speed(tps)))
+        return cls(**bands, band_runs=band.runs, band=band.describe(),
+                   model=model.name, system=system.name, precision=precision, plan=plan,
                    devices=int(row["devices"]), step_time_s=float(row["step_time_s"]), mfu=float(row["mfu"]),
                    hfu=float(row["hfu"]), model_tflops_per_device=float(row["model_tflops_per_device"]),
                    palm_tflops_per_device=float(row["palm_tflops_per_device"]),
@@ -78,6 +96,14 @@ class TrainResult(Result):
                    limited_by="memory" if not fits else max(walls, key=walls.get),
                    reason=_reason(system, memory, fits, row), time_s=time_s, memory_bytes_per_device=memory,
                    bubble_fraction=float(row["bubble_fraction"]), micro_batches=int(round(row["micro_batches"])))
+
+    def _time_band(self) -> str:
+        if not self.band_runs:
+            return ""
+        return f" (published runs: {fmt_seconds(self.step_time_s_low)} to {fmt_seconds(self.step_time_s_high)})"
+
+    def _mfu_band(self) -> str:
+        return f" (MFU {self.mfu_low:.1%} to {self.mfu_high:.1%})" if self.band_runs else ""
 
     def time_to_train_s(self, tokens: float) -> float:
         """Seconds to train on ``tokens`` tokens at this throughput."""
@@ -92,8 +118,9 @@ class TrainResult(Result):
     def summary_rows(self) -> list[tuple[str, str]]:
         t = self.time_s
         rows = [
-            ("step time", fmt_seconds(self.step_time_s)),
-            ("MFU / HFU", f"{self.mfu:.1%} / {self.hfu:.1%}"),
+            ("step time", fmt_seconds(self.step_time_s) + self._time_band()),
+            ("MFU / HFU", f"{self.mfu:.1%} / {self.hfu:.1%}" + self._mfu_band()),
+            ("how far to trust it", self.band),
             ("TFLOP/s per device (model / hardware)",
              f"{self.model_tflops_per_device:.1f} / {self.hardware_tflops_per_device:.1f} "
              f"(model FLOPs with the attention scores in full, as PaLM counts them: "

@@ -388,12 +388,20 @@ class Offload:
     optimizer_step: np.ndarray
 
 
+def hardware_roofline_host(hw: Hardware) -> dict:
+    """Roofline inputs of the host CPU for a memory-bound optimizer step: host DRAM at
+    its peak (no compute term binds)."""
+    return dict(peak_flops=1.0, gemm_efficiency=1.0, sustained_clock=1.0,
+                memory_bandwidth=hw.host_memory_bandwidth, memory_efficiency=1.0)
+
+
 def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Parameters) -> Offload:
     """A supernode's pool is its peers' memory: what the job's own devices in the domain
     do not hold themselves is free for offload; anything else goes to host memory.
     Optimizer state on the host is updated by the CPU, so the gradients go out and the
-    weights come back once per step (ZeRO-Offload); in the pool the device updates it
-    in place, reading and writing the states over the bus. Each micro-batch's
+    weights come back once per step (ZeRO-Offload), and the step itself streams the
+    states through host DRAM; in the pool the device updates it in place, reading and
+    writing the states over the bus. Each micro-batch's
     activations beyond the two layers kept go out and come back."""
     off_opt = (plan.offload == 1) | (plan.offload == 3)
     off_act = (plan.offload == 2) | (plan.offload == 3)
@@ -408,7 +416,10 @@ def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Paramete
     moved = np.where(in_pool, opt_params * plan.optimizer_bytes, opt_params * (plan.grad_bytes + 2.0))
     traffic = mw.optimizer_step_traffic(params_per_device=opt_params, grad_bytes=plan.grad_bytes,
                                         optimizer_bytes=plan.optimizer_bytes, weight_bytes=2.0)
-    step = np.where(off_opt & ~in_pool, 0.0, cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.roofline()))
+    # on the host the CPU's Adam streams the same bytes through host DRAM, at its peak
+    # bandwidth per device at best (ZeRO-Offload's CPU-Adam is memory-bound too)
+    host_step = cw.roofline_time(flops=0.0, bytes_moved=traffic, **hardware_roofline_host(hw))
+    step = np.where(off_opt & ~in_pool, host_step, cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.roofline()))
     out_mb = np.maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)
     return Offload(optimizer_far=o_far, activations_far=a_far, in_pool=in_pool, bandwidth=bandwidth,
                    capacity=np.where(in_pool, pool_free, hw.host_capacity),

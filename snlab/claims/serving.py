@@ -1,0 +1,119 @@
+"""The serving claims: C9, C10, C13, C14. Each takes the system and model that decide it,
+defaulting to the article's setting."""
+
+from __future__ import annotations
+
+import math
+
+from .. import uncertainty
+from .verdict import CONDITIONAL, FAILS, HOLDS, Decision, Verdict, verdict_of
+
+LONG = dict(tp=8, prompt_len=1_000_000, output_len=1000, context=1_000_000)
+
+
+def _decode_band(system):
+    return uncertainty.band("serving decode", system.device.family)
+
+
+def c9(system="cloudmatrix384") -> Verdict:
+    """C9: every device addresses the memory of all devices as one large memory, as if local."""
+    from ..presets import system as load
+    from ..serving import serve
+    cm = load(system)
+    r = serve("llama3-70b", cm, batch=4, **LONG)
+    ratio = cm.device.hbm_bandwidth / cm.pool.bandwidth if cm.pool else math.inf
+    pool = cm.pool.capacity if cm.pool else 0.0
+    decisions = (Decision("pool over one device's HBM", pool / cm.device.hbm_capacity, 10.0, True),
+                 Decision("KV time against all in HBM, 70B at 1M context", r.kv["spill_slowdown"], 1.5, False,
+                          _decode_band(cm)))
+    return Verdict("C9", "In a supernode every device can address the memory of all devices as one large virtual "
+                         "memory, as if it were local.", verdict_of(decisions),
+                   "'as if local' means addressable: the pool is reachable, but at the bus's bandwidth and "
+                   "latency, not HBM's",
+                   {"pool per domain [TB]": pool / 1e12, "HBM / pool bandwidth per device": ratio,
+                    "pool latency [us]": (cm.pool.latency if cm.pool else 0.0) * 1e6,
+                    "70B decode at 1M context, batch 4: KV time vs all in HBM": r.kv["spill_slowdown"],
+                    "devices lending HBM for it": r.lender_devices},
+                   f"{cm.name}: {cm.pool.bandwidth / 1e9 if cm.pool else 0:.0f} GB/s per device over the bus "
+                   f"against {cm.device.hbm_bandwidth / 1e12:.1f} TB/s of local HBM.", decisions)
+
+
+def c10(model="llama3-70b", system="dgx-a100") -> Verdict:
+    """C10: serving a ~100B model conventionally takes dozens of A800-class cards, with
+    about 30% of memory left for KV cache and activations."""
+    from ..presets import model as load_model
+    from ..presets import system as load_system
+    from ..sizing import kv_cache_bytes_per_token
+    m, s = load_model(model), load_system(system)
+    weights = m.params * 2
+    cards_weights = math.ceil(weights / (0.7 * s.device.hbm_capacity))
+    per_token = float(kv_cache_bytes_per_token(m, 2.0))
+    cards = {ctx: math.ceil((weights + 32 * ctx * per_token) / s.device.hbm_capacity) for ctx in (32_768, 131_072)}
+    decisions = (Decision("cards for 32 concurrent 128K-token contexts", cards[131_072], 12, True),
+                 Decision("cards for the weights with 30% headroom", cards_weights, 12, True))
+    return Verdict("C10", "Serving a model of about 100B parameters conventionally takes dozens of A800-class cards, "
+                          "keeping about 30% of memory free for KV cache and activations.", verdict_of(decisions),
+                   "many long contexts are served at once (dozens of cards at 32 x 128K tokens); the weights with "
+                   "30% headroom need only a few cards",
+                   {"weights in bf16 [GB]": weights / 1e9, "cards for weights + 30% headroom": cards_weights,
+                    "KV bytes per token": per_token, "cards for 32 concurrent 32K-token contexts": cards[32_768],
+                    "cards for 32 concurrent 128K-token contexts": cards[131_072]},
+                   f"{m.name} on {s.device.name} ({s.device.hbm_capacity / 2**30:.0f} GiB; an A800 has the same "
+                   "memory). Exact arithmetic on the model's shape.", decisions)
+
+
+def c13(system="cloudmatrix384") -> Verdict:
+    """C13: KV cache of million-token contexts in the supernode's pool, with continuous
+    batching, raises serving throughput several-fold."""
+    from ..presets import system as load
+    from ..serving import serve
+    cm = load(system)
+    no_pool = cm.replace(pool=None)
+    runs = {(b, pool): serve("llama3-70b", cm if pool else no_pool, batch=b, **LONG) for b in (1, 4) for pool in (1, 0)}
+    gain = {b: runs[b, 1].decode_tokens_per_s_per_device / runs[b, 0].decode_tokens_per_s_per_device for b in (1, 4)}
+    band = _decode_band(cm)
+    decisions = (Decision("pool over host memory, batch 4 (KV cache spilled)", gain[4], 3.0, True, band),
+                 Decision("pool over host memory, batch 1 (KV cache fits in HBM)", gain[1], 3.0, True, band))
+    return Verdict("C13", "Keeping the KV cache of million-token contexts in the supernode's memory pool, with "
+                          "continuous batching, raises serving throughput several-fold.", verdict_of(decisions),
+                   "the KV cache outgrows HBM; the gain comes from the pool's bandwidth against PCIe to the host, "
+                   "even with the lending devices counted; continuous batching adds only a little",
+                   {"pool vs host memory, batch 4 (spilled)": gain[4], "pool vs host memory, batch 1": gain[1],
+                    "devices lending HBM, batch 4": runs[4, 1].lender_devices,
+                    "continuous over static batching": runs[4, 1].batching["continuous_over_static"],
+                    "KV location, batch 4": runs[4, 1].kv_location, "KV location without the pool": runs[4, 0].kv_location},
+                   f"llama3-70b, tp 8, 1M-token context on {cm.name} with and without its pool (the same devices "
+                   "spilling to host memory instead); throughput per device counts the devices that lend HBM.",
+                   decisions)
+
+
+def c14(model="llama3.2-1b", system="cloudmatrix384", tp=1, tpot_target=0.05) -> Verdict:
+    """C14: a model of a few billion parameters wastes a supernode."""
+    from ..presets import system as load
+    from ..serving import serve_best
+    cm = load(system)
+    kw = dict(tpot_target=tpot_target, prompt_len=1000, output_len=500, tp=tp)
+    with_pool = serve_best(model, cm, **kw)
+    alone = serve_best(model, cm.replace(pool=None), **kw)
+    bus = with_pool.time_s["tp"] + with_pool.time_s["ep"]
+    gain = with_pool.decode_tokens_per_s_per_device / alone.decode_tokens_per_s_per_device
+    band = _decode_band(cm)
+    decisions = (Decision("bus traffic per decode step [s]", bus, 0.0, False,
+                          basis="whether a replica spans devices: a property of the plan"),
+                 Decision("throughput per device, with the pool over without", gain, 1.5, False, band))
+    return Verdict("C14", "A model of a few billion parameters wastes a supernode; a small cluster with dynamic "
+                          "batching is more cost-effective.", verdict_of(decisions),
+                   "the pool is used to hold a far larger batch: the bus carries no model traffic, but the pool "
+                   "raises throughput per device (lenders counted) by the factor shown",
+                   {"devices per replica": with_pool.devices, "bus traffic per step [s]": bus,
+                    "best batch with the pool": with_pool.deployment["batch"],
+                    "best batch without the pool": alone.deployment["batch"],
+                    "devices lending HBM": with_pool.lender_devices,
+                    "throughput per device, with the pool over without": gain},
+                   f"{model} (tp {tp}) under a {tpot_target * 1e3:.0f} ms time-per-token target on {cm.name}, with "
+                   "and without the pool. snlab "
+                   "has no prices: cost-effectiveness is the throughput gain against the price of a supernode "
+                   "device over a stand-alone one.", decisions)
+
+
+__all__ = ["c9", "c10", "c13", "c14", "CONDITIONAL", "FAILS", "HOLDS"]

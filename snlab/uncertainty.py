@@ -1,0 +1,63 @@
+"""How far to trust a prediction: the error band of its regime.
+
+The bands come from published runs (``snlab.validation.bands``, stored in
+``snlab/presets/data/error_bands.toml``): for a regime (training, serving decode, serving
+prefill) on a chip family, the smallest and largest ratio of predicted to measured speed.
+A regime without published runs has no band, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .presets import read_toml
+from .presets.loader import DATA
+
+REGIMES = ("training", "serving decode", "serving prefill")
+
+
+@dataclass(frozen=True)
+class Band:
+    """Predicted over measured speed of a regime's published runs: ``low`` to ``high``
+    [1], over ``runs`` runs (0: none, then low = high = 1 and nothing is claimed)."""
+
+    regime: str
+    family: str
+    runs: int
+    low: float
+    high: float
+
+    def speed(self, x: float) -> tuple[float | None, float | None]:
+        """The band of a predicted speed (throughput, MFU) [same unit as x]; None, None
+        without published runs."""
+        return (x / self.high, x / self.low) if self.runs else (None, None)
+
+    def time(self, t: float) -> tuple[float | None, float | None]:
+        """The band of a predicted time [s]; None, None without published runs."""
+        return (t * self.low, t * self.high) if self.runs else (None, None)
+
+    def describe(self) -> str:
+        if not self.runs:
+            return f"no published {self.regime} runs on {self.family} to check against"
+        return (f"{self.regime} on {self.family}: {self.runs} published runs came in at "
+                f"{1 / self.high:.0%} to {1 / self.low:.0%} of the predicted speed")
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    doc = read_toml(DATA / "error_bands.toml", "error_bands.toml")
+    return {(b["regime"], b["family"]): b for b in doc.get("band", [])}
+
+
+def band(regime: str, family: str) -> Band:
+    """The band of ``regime`` (one of :data:`REGIMES`) on chip ``family``."""
+    b = _table().get((regime, family))
+    if b is None:
+        return Band(regime=regime, family=family, runs=0, low=1.0, high=1.0)
+    return Band(regime=regime, family=family, runs=int(b["runs"]), low=float(b["low"]), high=float(b["high"]))
+
+
+def reload() -> None:
+    """Read the error bands again (after ``python -m snlab.docs`` rewrote them)."""
+    _table.cache_clear()
