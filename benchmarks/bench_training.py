@@ -1,5 +1,6 @@
-"""Speed of the training planner: configurations per second of ``snlab.sweep`` and the
-time of a full ``snlab.search``. Run: ``.venv/bin/python benchmarks/bench_training.py``.
+"""Speed of the planners: single ``snlab.train`` / ``snlab.serve`` calls in a loop, as
+users write them; configurations per second of ``snlab.sweep``; the time of a full
+``snlab.search``. Run: ``.venv/bin/python benchmarks/bench_training.py``.
 
 Figures are the best of several repeats on one core (numpy's element-wise work is
 single-threaded); the first call, which compiles the formulas, is reported apart.
@@ -27,6 +28,15 @@ def main() -> None:
     start = time.perf_counter()
     snlab.train("megatron-1t", "dgx-a100", tp=8, pp=64, dp=6, micro_batch=1, global_batch=3072)
     print(f"first train() call (imports and formula compilation): {time.perf_counter() - start:.2f} s")
+
+    calls = 1000
+    batches = [8 * (1 + i % 16) for i in range(calls)]       # a loop that changes its plan
+    t = best_of(lambda: [snlab.train("llama3-8b", "dgx-h100", tp=8, global_batch=b) for b in batches])
+    print(f"train, {calls:,} single calls in a loop: {t:.2f} s = {t / calls * 1e3:.2f} ms per call")
+    lengths = [1000 * (1 + i % 16) for i in range(calls)]
+    t = best_of(lambda: [snlab.serve("llama3-70b", "dgx-h100", tp=8, batch=16, prompt_len=n, output_len=500)
+                         for n in lengths])
+    print(f"serve, {calls:,} single calls in a loop: {t:.2f} s = {t / calls * 1e3:.2f} ms per call")
 
     grid = dict(tp=8, pp=64, dp=6, micro_batch=1, global_batch=3072,
                 scale_out_bandwidth=np.linspace(1e9, 100e9, 1_000_000))

@@ -126,11 +126,49 @@ def grid_shape(*groups) -> tuple:
 
 def flatten(arrays: Mapping, shape: tuple) -> dict:
     """Arrays of an open grid broadcast to ``shape`` and laid out flat, one row per point."""
+    if math.prod(shape) == 1:                   # one configuration: no broadcasting needed
+        return {k: np.reshape(v, 1) for k, v in arrays.items()}
     return {k: (np.broadcast_to(v, shape).ravel() if np.ndim(v) else v) for k, v in arrays.items()}
+
+
+_BOOLS = frozenset((bool, np.bool_))
+_NUMPY_SCALARS = frozenset((np.float64, np.int64, np.bool_))
+_PYTHON_SCALARS = {float: np.float64, int: np.int64, bool: np.bool_}
+
+
+def where(cond, a, b):
+    """``numpy.where`` that returns a numpy scalar, not a 0-d array, when every input is a
+    scalar: a planner's single configuration then stays in numpy scalars, which numpy
+    evaluates several times faster than 0-d arrays."""
+    if type(cond) in _BOOLS and (type(a) in _NUMPY_SCALARS or type(a) in _PYTHON_SCALARS) \
+            and (type(b) in _NUMPY_SCALARS or type(b) in _PYTHON_SCALARS):
+        x = a if cond else b
+        return _PYTHON_SCALARS[type(x)](x) if type(x) in _PYTHON_SCALARS else x
+    return np.where(cond, a, b)[()]
+
+
+def rounded(x):
+    """``x`` rounded to the nearest integer as int64: a numpy scalar for a scalar, an
+    array for an array (exact integer arithmetic for the plan rules and stage splits)."""
+    if np.ndim(x) == 0:
+        return np.int64(round(float(x)))
+    return np.round(x).astype(np.int64)
+
+
+def at_largest(keys: Sequence, *choices: Sequence) -> tuple:
+    """For each of ``choices``, its element at the position of the largest of ``keys``
+    (the first on ties), row by row; numpy scalars in, numpy scalars out."""
+    if all(type(k) in _NUMPY_SCALARS or type(k) in _PYTHON_SCALARS for k in keys):
+        i = max(range(len(keys)), key=keys.__getitem__)
+        return tuple(c[i] for c in choices)
+    i = np.argmax(np.stack(np.broadcast_arrays(*keys)), axis=0)
+    return tuple(np.choose(i, np.broadcast_arrays(*c)) for c in choices)
 
 
 def first_broken(conditions: Sequence) -> np.ndarray:
     """Index of the first true condition per row (a rule broken), or -1 when none is."""
+    if all(type(c) in _BOOLS for c in conditions):
+        return np.int16(next((i for i, c in enumerate(conditions) if c), -1))
     first = np.full(np.broadcast(*conditions).shape, -1, dtype=np.int16)
     for i in range(len(conditions) - 1, -1, -1):
         first = np.where(conditions[i], i, first)

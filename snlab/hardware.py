@@ -156,7 +156,7 @@ def hardware(system: "System", precision: str = "bf16") -> Hardware:
     bf16 = dev.peak("bf16")
     levels = {f"{name}_{field}": getattr(level, field) for name, level in (("scale_up", up), ("scale_out", out))
               for field in ("ep_dispatch_efficiency", "ep_combine_efficiency", "ep_bulk_efficiency")}
-    return Hardware(
+    return _numpy_scalars(Hardware(
         scale_up_domain_size=float(up.domain_size), scale_up_bandwidth=up.bandwidth, scale_up_latency=up.latency,
         scale_up_efficiency=up.efficiency, scale_up_call_latency=up.call_latency,
         scale_out_bandwidth=out.bandwidth, scale_out_latency=out.latency, scale_out_efficiency=out.efficiency,
@@ -179,7 +179,13 @@ def hardware(system: "System", precision: str = "bf16") -> Hardware:
         sustained_clock=dev.sustained_clock, dies=float(dev.dies),
         decode_attention_efficiency=dev.decode_attention_efficiency, **levels,
         **{f"peak_ratio_{d}": dev.peak_flops.get(d, bf16) / bf16 for d in DTYPE_BYTES},
-    )
+    ))
+
+
+def _numpy_scalars(hw: Hardware) -> Hardware:
+    """Every field as a numpy float64, so that arithmetic on a single plan follows
+    numpy's rules (a division by zero is inf, never a Python exception)."""
+    return dataclasses.replace(hw, **{f.name: np.float64(getattr(hw, f.name)) for f in dataclasses.fields(hw)})
 
 
 def field_dimension(name: str) -> str:

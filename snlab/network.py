@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .grid import where
+
 from .hardware import ACTIVATION_BYTES, Hardware
 from .walls import communication as cm
 from .walls import serving as sv
@@ -43,8 +45,8 @@ def inner_step_latency(n1, hw: Hardware):
     per_node = np.maximum(np.minimum(n1, hw.devices_per_node), 1.0)
     k = np.ceil(n1 / per_node)
     steps = np.maximum(n1 - 1, 1.0)
-    crossing = np.where(k > 1, k, 0.0)
-    return np.where(n1 > 1, ((steps - crossing) * hw.scale_up_node_latency + crossing * hw.scale_up_latency) / steps,
+    crossing = where(k > 1, k, 0.0)
+    return where(n1 > 1, ((steps - crossing) * hw.scale_up_node_latency + crossing * hw.scale_up_latency) / steps,
                     hw.scale_up_latency)
 
 
@@ -59,7 +61,7 @@ def levels(n1, n2, hw: Hardware) -> dict:
         inner_efficiency=hw.scale_up_efficiency,
         outer_latency=hw.scale_out_latency, outer_bandwidth=hw.scale_out_bandwidth,
         outer_efficiency=hw.scale_out_efficiency,
-        call_latency=np.where(spans, np.maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
+        call_latency=where(spans, np.maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
                               hw.scale_up_call_latency),
     )
 
@@ -67,19 +69,19 @@ def levels(n1, n2, hw: Hardware) -> dict:
 def all_reduce(S, n, stride, hw: Hardware):
     """Time of an all-reduce of S bytes over n devices ``stride`` ranks apart [s]."""
     n1, n2 = split(n, stride, hw)
-    return np.where(n > 1, cm.hierarchical_all_reduce_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
+    return where(n > 1, cm.hierarchical_all_reduce_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
 
 
 def reduce_scatter(S, n, stride, hw: Hardware):
     """Time of a reduce-scatter (or all-gather) of an S-byte buffer [s]."""
     n1, n2 = split(n, stride, hw)
-    return np.where(n > 1, cm.hierarchical_reduce_scatter_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
+    return where(n > 1, cm.hierarchical_reduce_scatter_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
 
 
 def all_to_all(S, n, stride, hw: Hardware):
     """Time of an all-to-all of an S-byte send buffer [s]."""
     n1, n2 = split(n, stride, hw)
-    return np.where(n > 1, cm.hierarchical_all_to_all_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
+    return where(n > 1, cm.hierarchical_all_to_all_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
 
 
 def point_to_point(S, inside, hw: Hardware):
@@ -89,7 +91,7 @@ def point_to_point(S, inside, hw: Hardware):
     out = cm.point_to_point_time(message_bytes=S, latency=hw.scale_out_latency,
                                  link_bandwidth=hw.scale_out_bandwidth, link_efficiency=hw.scale_out_efficiency,
                                  call_latency=hw.scale_out_call_latency)
-    return np.where(inside, up, out)
+    return where(inside, up, out)
 
 
 def one_shot_all_to_all(S_in, S_out, n1, n2, hw: Hardware, kernel: str | None = None):
@@ -103,7 +105,7 @@ def one_shot_all_to_all(S_in, S_out, n1, n2, hw: Hardware, kernel: str | None = 
         field = EP_KERNELS[kernel]
         for level, key in (("scale_up", "inner_efficiency"), ("scale_out", "outer_efficiency")):
             own = np.asarray(getattr(hw, f"{level}_{field}"))
-            lv[key] = np.where(own > 0, own, lv[key])
+            lv[key] = where(own > 0, own, lv[key])
     return sv.direct_all_to_all_time(inner_bytes=S_in, outer_bytes=S_out, **lv)
 
 
@@ -124,7 +126,7 @@ def expert_calls(tokens, experts_per_token, hidden, ep, dispatch_bytes, hw: Hard
     """
     n1, n2 = split(ep, stride, hw)
     sent = tokens * experts_per_token * hidden     # (token, expert) copies per device, in elements
-    inner = sent * (n1 - 1) / np.where(bulk, n1, n1 * n2)
+    inner = sent * (n1 - 1) / where(bulk, n1, n1 * n2)
     if bulk:
         domains = sv.domains_per_token(outer_size=n2, experts_per_token=experts_per_token)
         if domain_cap is not None:

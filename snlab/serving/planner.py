@@ -59,11 +59,16 @@ def _grid(model: Model, system: System, axes: dict):
     """The Cartesian product of the axes as an open grid: (deployment, hardware, columns)."""
     grid.unknown_fields(axes, tuple(dp_.DEFAULTS) + SYSTEM_FIELDS, "deployment or system")
     columns, hw_axes = _axes(axes)
-    grid.check_size({**columns, **hw_axes})
-    arrays = grid.open_grid({**columns, **{f"hw:{k}": v for k, v in hw_axes.items()}})
-    g = {n: a for n, a in arrays.items() if not n.startswith("hw:")}
-    weight_bytes = np.asarray([DTYPE_BYTES[d] for d in _DTYPES])
     hw = hardware(system)
+    weight_bytes = np.asarray([DTYPE_BYTES[d] for d in _DTYPES], dtype=float)
+    if not hw_axes and all(len(v) == 1 for v in columns.values()):
+        # one deployment: numpy scalars, several times faster than one-element arrays
+        g = {k: np.float64(v[0]) for k, v in columns.items()}
+        arrays = {}
+    else:
+        grid.check_size({**columns, **hw_axes})
+        arrays = grid.open_grid({**columns, **{f"hw:{k}": v for k, v in hw_axes.items()}})
+        g = {n: a for n, a in arrays.items() if not n.startswith("hw:")}
     if hw_axes:
         changes = {n[3:]: a for n, a in arrays.items() if n.startswith("hw:")}
         if "pool_capacity" in changes and "pool_domain_capacity" not in changes:   # per device -> per domain
@@ -77,8 +82,8 @@ def _grid(model: Model, system: System, axes: dict):
         **{k: g[k] for k in ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "weight_dtype", "kv_dtype",
                              "draft_tokens", "acceptance", "microbatches", "ep_overlap", "prefill_batch",
                              "hbm_utilization", "pool_share", "kv_offload", "output_dist")},
-        context=np.where(given, g["context"], g["prompt_len"] + np.floor(g["output_len"] / 2)),
-        capacity_context=np.where(given, g["context"], g["prompt_len"] + g["output_len"]),
+        context=grid.where(given, g["context"], g["prompt_len"] + np.floor(g["output_len"] / 2)),
+        capacity_context=grid.where(given, g["context"], g["prompt_len"] + g["output_len"]),
         weight_bytes=weight_bytes[wd], kv_bytes=weight_bytes[kd], gemm_ratio=ratios[wd])
     return dep, hw, {k: getattr(hw, k) for k in hw_axes}
 
@@ -133,12 +138,16 @@ def serve(model: PresetLike, system: PresetLike, **deployment) -> ServeResult:
     for name, value in deployment.items():
         if isinstance(value, (list, tuple, np.ndarray, range)):
             raise SnlabError(name, "got a list", "one value; use snlab.serve_sweep for grids")
-    g, hw, broken, out = evaluate(m, s, deployment)
-    if broken[0] >= 0:
-        field, message = dp_.RULES[int(broken[0])]
-        raise SnlabError(field, _detail(field, m, s, g), message)
-    row = {k: float(np.asarray(v).ravel()[0]) for k, v in out.items()}
-    return ServeResult.from_row(m, s, {k: float(v[0]) for k, v in g.items()}, row)
+    dep, hw, _ = _grid(m, s, deployment)
+    cols = {f: np.ravel(getattr(dep, f))[:1] for f in dp_.Deployment.__dataclass_fields__}
+    broken = int(np.ravel(dp_.violations(m, s, dep))[0])
+    if broken >= 0:
+        field, message = dp_.RULES[broken]
+        raise SnlabError(field, _detail(field, m, s, cols), message)
+    with np.errstate(all="ignore"):
+        out = serve_columns(m, dep, hw)
+    row = {k: float(np.ravel(v)[0]) for k, v in out.items()}
+    return ServeResult.from_row(m, s, {k: float(v[0]) for k, v in cols.items()}, row)
 
 
 def _detail(field: str, m: Model, s: System, g: dict) -> str:

@@ -56,6 +56,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import network as net
+from ..grid import where
 from ..hardware import ACTIVATION_BYTES, Hardware
 from ..sizing import ModelSizes, forward_flops_per_token, kv_cache_bytes_per_token, model_sizes
 from ..walls import communication as cm
@@ -123,14 +124,14 @@ def weights(sizes: ModelSizes, dep: Deployment, hw: Hardware) -> Weights:
     t, p = dep.tp, dep.pp
     h, V = sizes.hidden_size, sizes.vocab_size
     extra_output = (sizes.embedding_copies - 1) * V * h
-    emb_stage = np.where(p > 1, V * h, sizes.embedding_params + extra_output)
+    emb_stage = where(p > 1, V * h, sizes.embedding_params + extra_output)
     if sizes.experts:
         expert_tp = np.maximum(t / dep.ep, 1.0)
         expert = np.ceil(sizes.experts / dep.ep) * sizes.expert_params_one * sizes.moe_layers / p / expert_tp
     else:
         expert = 0.0
     # a die that runs as its own rank (tp = 1 on a multi-die package) holds its own copy
-    rank_dies = np.where(t > 1, 1.0, hw.dies)
+    rank_dies = where(t > 1, 1.0, hw.dies)
     per_device = package_weight_bytes(rank_dies, (sizes.layer_params / p + emb_stage) / t * dep.weight_bytes,
                                       expert * dep.weight_bytes)
     return Weights(per_device=per_device, rank_dies=rank_dies)
@@ -172,9 +173,9 @@ def placement(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights) -> Pl
     pool_free = np.maximum(hw.pool_domain_capacity - (in_domain - 1) * hw.hbm_capacity, 0.0)
     caps = {
         "hbm": np.maximum(dep.hbm_utilization * hw.hbm_capacity - w.per_device, 0.0),
-        "pool": np.where(offload & (hw.pool_bandwidth > 0), pool_free * dep.pool_share / in_domain, 0.0),
-        "host": np.where(offload & (hw.host_bandwidth > 0), hw.host_capacity, 0.0),
-        "ssd": np.where(offload & (hw.storage_bandwidth > 0), hw.storage_capacity, 0.0),
+        "pool": where(offload & (hw.pool_bandwidth > 0), pool_free * dep.pool_share / in_domain, 0.0),
+        "host": where(offload & (hw.host_bandwidth > 0), hw.host_capacity, 0.0),
+        "ssd": where(offload & (hw.storage_bandwidth > 0), hw.storage_capacity, 0.0),
     }
     left = kv_dev
     placed = {}
@@ -183,14 +184,14 @@ def placement(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights) -> Pl
         left = left - placed[tier]
     location = np.zeros(np.shape(kv_dev))
     for i, tier in enumerate(KV_TIERS):
-        location = np.where(placed[tier] > 0, i, location)
-    location = np.where(left > 0, len(KV_TIERS), location)
+        location = where(placed[tier] > 0, i, location)
+    location = where(left > 0, len(KV_TIERS), location)
     # for timing a row that does not fit, charge the excess to the farthest tier it has
-    last = np.where(caps["ssd"] > 0, 3, np.where(caps["host"] > 0, 2, np.where(caps["pool"] > 0, 1, 0)))
+    last = where(caps["ssd"] > 0, 3, where(caps["host"] > 0, 2, where(caps["pool"] > 0, 1, 0)))
     for i, tier in enumerate(KV_TIERS):
-        placed[tier] = placed[tier] + np.where(last == i, left, 0.0)
-    total = np.where(kv_dev > 0, kv_dev, 1.0)
-    share = {tier: np.where(kv_dev > 0, placed[tier] / total, 1.0 if tier == "hbm" else 0.0) for tier in KV_TIERS}
+        placed[tier] = placed[tier] + where(last == i, left, 0.0)
+    total = where(kv_dev > 0, kv_dev, 1.0)
+    share = {tier: where(kv_dev > 0, placed[tier] / total, 1.0 if tier == "hbm" else 0.0) for tier in KV_TIERS}
     return Placement(kv_per_device=kv_dev, kv_per_token=kv_tok, shard=shard, capacity=caps, placed=placed,
                      share=share, location=location, unplaced=left,
                      weights_fit=w.per_device <= dep.hbm_utilization * hw.hbm_capacity,
@@ -205,9 +206,9 @@ def far_read_time(kv_bytes, share: dict, hw: Hardware, reads):
     for tier, bw, lat in (("pool", hw.pool_bandwidth, hw.pool_latency), ("host", hw.host_bandwidth, hw.host_latency),
                           ("ssd", hw.storage_bandwidth, hw.storage_latency)):
         used = share[tier] > 0
-        t = sv.far_read_time(far_bytes=kv_bytes * share[tier], far_bandwidth=np.where(used, bw, 1.0),
+        t = sv.far_read_time(far_bytes=kv_bytes * share[tier], far_bandwidth=where(used, bw, 1.0),
                              far_latency=lat, far_reads=reads)
-        total = total + np.where(used, t, 0.0)
+        total = total + where(used, t, 0.0)
     return total
 
 
@@ -260,16 +261,16 @@ def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, to
     attn_eff = None
     if not prefill:   # the decode attention kernel's own measured efficiency (FlashMLA-style)
         own = np.asarray(hw.decode_attention_efficiency)
-        attn_eff = np.where(own > 0, own, hw.gemm_efficiency)
+        attn_eff = where(own > 0, own, hw.gemm_efficiency)
     t_attn_c = cw.roofline_time(flops=attn_flops, bytes_moved=0.0, **hw.roofline(gemm_efficiency=attn_eff))
     far = far_read_time(kv_bytes, share, hw, layers)
     t_kv = sv.tiered_read_time(local_bytes=kv_bytes * share["hbm"], far_time=far,
                                memory_bandwidth=hw.hbm_bandwidth, memory_efficiency=hw.memory_efficiency)
     tp_comm = 2 * layers * net.all_reduce(tok * h * ACTIVATION_BYTES, t, 1.0, hw)
     if k.experts:
-        q_dispatch = np.where(qw <= 1, 1.0, ACTIVATION_BYTES)   # 8-bit dispatch when the weights are
+        q_dispatch = where(qw <= 1, 1.0, ACTIVATION_BYTES)   # 8-bit dispatch when the weights are
         disp, comb = net.expert_calls(tok / t, k.experts_per_token, h, dep.ep, q_dispatch, hw, prefill)
-        ep_comm = np.where(dep.ep > 1, k.moe_layers / p * (disp + comb), 0.0)
+        ep_comm = where(dep.ep > 1, k.moe_layers / p * (disp + comb), 0.0)
     else:
         ep_comm = 0.0 * tok
     return Pass(dense=t_dense, expert=t_exp, attention=np.maximum(t_attn_c, t_kv), kv=t_kv, head=t_head,
@@ -314,7 +315,7 @@ def stage(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, tok, ctx,
     part = forward_pass(ss, dep, hw, w, tok / mb, ctx, kv_bytes / mb, share, logits / mb, prefill)
     compute = mb * (part.dense + part.expert + part.attention)
     ep = mb * part.ep
-    overlap = np.where(mb > 1, dep.ep_overlap, 0.0)   # one batch has nothing to hide behind
+    overlap = where(mb > 1, dep.ep_overlap, 0.0)   # one batch has nothing to hide behind
     body = cm.overlapped_time(compute_time=compute, comm_time=ep, overlap=overlap,
                               overlap_contention=hw.overlap_contention)
     return Stage(parts=part.scaled(mb), ep_exposed=body - compute, time=body + mb * part.tp)
@@ -344,7 +345,7 @@ def decode(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: P
     tok = seqs * (kd + 1)
     kv_read = seqs * dep.context * place.kv_per_token / (p * place.shard)
     st = stage(ss, dep, hw, w, tok, dep.context, kv_read, place.share, tok, prefill=False)
-    hop = np.where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
+    hop = where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
                                              dep.devices <= hw.scale_up_domain_size, hw), 0.0)
     draft = 1 + kd * MTP_LAYERS / ss.base.layers
     step = p * (st.time + hop) * draft + kd * st.parts.head
@@ -369,7 +370,7 @@ def prefill(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: 
     tok = dep.prefill_batch * dep.prompt_len
     kv = tok * place.kv_per_token / (p * place.shard)
     st = stage(ss, dep, hw, w, tok, dep.prompt_len / 2, kv, place.share, dep.prefill_batch, prefill=True)
-    hop = np.where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
+    hop = where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
                                              dep.devices <= hw.scale_up_domain_size, hw), 0.0)
     return Prefill(stage=st, ttft=p * st.time + (p - 1) * hop, rate=tok / (st.time * t * p))
 
@@ -381,8 +382,8 @@ def batching(dep: Deployment, dec: Decode, pre: Prefill) -> tuple:
     mu = dep.output_len
     b = dep.batch / dep.dp
     per_request = pre.ttft / dep.prefill_batch
-    longest = np.where(dep.output_dist == 1, sv.static_steps_uniform(batch_sequences=b, mean_output_len=mu),
-                       np.where(dep.output_dist == 2,
+    longest = where(dep.output_dist == 1, sv.static_steps_uniform(batch_sequences=b, mean_output_len=mu),
+                       where(dep.output_dist == 2,
                                 sv.static_steps_exponential(batch_sequences=b, mean_output_len=mu), mu))
     longest = np.maximum(longest, mu)
     tau = dec.tokens_per_step

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SnlabError
-from ..grid import first_broken
+from ..grid import first_broken, rounded
 from . import stages
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
@@ -188,7 +188,7 @@ def violations(model, plan: Plan, devices=None) -> np.ndarray:
     """Index into :data:`RULES` of the first rule each row breaks, or -1."""
     # whole numbers are compared as integers: exact, and faster than float modulo
     names = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "interleave", "seq_len")
-    ints = {k: np.round(getattr(plan, k)).astype(np.int64) for k in names}
+    ints = {k: rounded(getattr(plan, k)) for k in names}
     whole = True
     for k in names[:-1]:
         whole = whole & (ints[k] == getattr(plan, k))
@@ -198,9 +198,8 @@ def violations(model, plan: Plan, devices=None) -> np.ndarray:
     first, last = plan.first_stage_layers, plan.last_stage_layers
     ends_unset = (first == 0) & (last == 0)
     split_broken = stages.broken(model.layers, np.maximum(p, 1), np.maximum(v, 1),
-                                 np.round(first).astype(np.int64), np.round(last).astype(np.int64),
-                                 stages.model_tail(model)) \
-        | (np.round(first) != first) | (np.round(last) != last)
+                                 rounded(first), rounded(last), stages.model_tail(model)) \
+        | (rounded(first) != first) | (rounded(last) != last)
     return first_broken([
         (t < 1) | (model.heads % np.maximum(t, 1) != 0),
         (model.kv_heads % np.maximum(t, 1) != 0) & (t % model.kv_heads != 0),
@@ -212,6 +211,6 @@ def violations(model, plan: Plan, devices=None) -> np.ndarray:
         (e < 1) | ((d * c) % np.maximum(e, 1) != 0) | (experts % np.maximum(e, 1) != 0),
         (B % np.maximum(b * d, 1) != 0) | (B < b * d),
         (plan.zero_stage == 3) & (p > 1),
-        (t * p * d * c != devices) if devices is not None else np.zeros((), dtype=bool),
+        (t * p * d * c != devices) if devices is not None else np.False_,
         (d < 1) | (b < 1) | ~whole,
     ])

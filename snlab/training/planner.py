@@ -108,6 +108,16 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]), "a " + field_dimension(name)
                                   + " value", field_dimension(name))
                for name in SYSTEM_FIELDS if name in axes}
+    hw = hardware(system, precision)
+    if not hw_axes and all(len(v) == 1 for v in columns.values()):
+        # one configuration: scalars, which numpy evaluates several times faster than
+        # arrays of one element with a dimension per axis
+        g = {k: np.float64(v[0]) for k, v in columns.items()}
+        if g["sequence_parallel"] < 0:
+            g["sequence_parallel"] = np.float64(g["tp"] > 1)
+        for name in OVERLAP_FIELDS:
+            g.setdefault(name, np.float64(labels["_overlap_levels"][0][name[len("overlap_"):]]))
+        return g, hw, labels
     grid.check_size({**columns, **hw_axes})
     arrays = grid.open_grid({**columns, **{f"hw:{k}": v for k, v in hw_axes.items()}})
     g = {n: a for n, a in arrays.items() if not n.startswith("hw:")}
@@ -117,7 +127,6 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     for name in OVERLAP_FIELDS:
         if name not in g:
             g[name] = np.asarray([lv[name[len("overlap_"):]] for lv in labels["_overlap_levels"]])[idx]
-    hw = hardware(system, precision)
     if hw_axes:
         hw = hw.replace(**{n[3:]: a for n, a in arrays.items() if n.startswith("hw:")})
     return g, hw, labels
@@ -177,12 +186,16 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
     for name, value in plan.items():
         if isinstance(value, (list, tuple, np.ndarray, range)):
             raise SnlabError(name, "got a list", "one value; use snlab.sweep for grids")
-    g, hw, labels, broken, out = evaluate(m, s, plan, precision, devices)
-    if broken[0] >= 0:
-        raise _rule_error(pl.RULES[int(broken[0])], m, g)
-    row = {k: (v[0] if np.ndim(v) else v) for k, v in out.items()}
-    plan_row = {k: (v[0] if np.ndim(v) else v) for k, v in g.items()}
-    return TrainResult.from_row(m, s, precision, plan_row, labels, row)
+    g, hw, labels = _grid(m, s, plan, precision)
+    plan_grid = plan_of(g)
+    broken = int(np.ravel(pl.violations(m, plan_grid, devices))[0])
+    if broken >= 0:
+        raise _rule_error(pl.RULES[broken], m, {k: np.ravel(v)[:1] for k, v in g.items()})
+    with np.errstate(all="ignore"):
+        out = step_columns(model_sizes(m), plan_grid, hw)
+    row = {k: (v.item() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
+    return TrainResult.from_row(m, s, precision, {k: (v.item() if isinstance(v, np.ndarray) else v)
+                                                  for k, v in g.items()}, labels, row)
 
 
 def _rule_error(rule: pl.Rule, model: Model, g: dict) -> SnlabError:

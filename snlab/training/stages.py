@@ -25,8 +25,17 @@ plan of a grid at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+
+from ..grid import where
+
+
+def _int(x):
+    """An integer input as int64: a numpy scalar for a scalar (a single plan stays in
+    scalars), an array for an array."""
+    return np.int64(x) if np.ndim(x) == 0 else np.asarray(x, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -54,28 +63,38 @@ def tail_units(vocab_size, hidden_size, layers, matmul_params, mtp_matmul_params
 def split(layers, pp, first=0, last=0, tail=0) -> Split:
     """The split of ``layers`` over ``pp`` stages (see the module's docstring); ``tail``
     layer-equivalents of extra work sit on the last stage when its count is automatic."""
-    layers, pp = np.asarray(layers), np.asarray(pp)
-    first, last = np.asarray(first), np.asarray(last)
+    args = tuple(_int(x) for x in (layers, pp, first, last, tail))
+    if all(type(x) is np.int64 for x in args):
+        return _split_one(*args)       # a single plan: the rules and the step share it
+    return _split(*args)
+
+
+@lru_cache(maxsize=1024)
+def _split_one(layers, pp, first, last, tail) -> Split:
+    return _split(layers, pp, first, last, tail)
+
+
+def _split(layers, pp, first, last, tail) -> Split:
     one = pp <= 1
     f_set, l_set = (first > 0) & ~one, (last > 0) & ~one
     explicit = f_set | l_set
     # units the last stage carries besides layers when the split is automatic, never more
     # than a stage's share of the layers (a last stage of no transformer layer at most)
-    head = np.zeros_like(explicit, dtype=np.int64)
-    tail = np.minimum(np.asarray(tail), layers // np.maximum(pp - 1, 1))
-    tail = np.where(explicit, 0, tail).astype(np.int64)
+    head = np.int64(0)
+    tail = np.minimum(tail, layers // np.maximum(pp - 1, 1))
+    tail = where(explicit, 0, tail).astype(np.int64)
     middle_stages = np.maximum(pp - 2, 0)
     auto = np.maximum(pp - f_set - l_set, 1)                   # stages whose count is automatic
-    units = layers + head + tail - np.where(f_set, first, 0) - np.where(l_set, last, 0)
+    units = layers + head + tail - where(f_set, first, 0) - where(l_set, last, 0)
     q, r = units // auto, units % auto
-    middle = np.where(middle_stages > 0, q + (r > 0), 0)
-    first_units = np.where(f_set, first, q + (r > middle_stages))
-    last_units = np.where(l_set, last, q + (r > middle_stages + ~f_set))
-    fewest_middle = np.where(middle_stages > 0, q + (r >= middle_stages), layers)
-    return Split(first=np.where(one, layers, first_units - np.where(f_set, 0, head)),
-                 middle=np.where(one, 0, middle),
-                 last=np.where(one, layers, last_units - np.where(l_set, 0, tail)),
-                 fewest_units=np.where(one, layers + 1, np.minimum(np.minimum(first_units, last_units),
+    middle = where(middle_stages > 0, q + (r > 0), 0)
+    first_units = where(f_set, first, q + (r > middle_stages))
+    last_units = where(l_set, last, q + (r > middle_stages + ~f_set))
+    fewest_middle = where(middle_stages > 0, q + (r >= middle_stages), layers)
+    return Split(first=where(one, layers, first_units - where(f_set, 0, head)),
+                 middle=where(one, 0, middle),
+                 last=where(one, layers, last_units - where(l_set, 0, tail)),
+                 fewest_units=where(one, layers + 1, np.minimum(np.minimum(first_units, last_units),
                                                                     fewest_middle)),
                  fewest_middle=fewest_middle)
 
@@ -83,12 +102,11 @@ def split(layers, pp, first=0, last=0, tail=0) -> Split:
 def broken(layers, pp, interleave, first=0, last=0, tail=0):
     """True where a plan's split leaves a model chunk empty, a stage with fewer than no
     layers, or fixes an end stage without a pipeline or beyond the layers there are."""
-    pp, interleave = np.asarray(pp), np.asarray(interleave)
-    first, last = np.asarray(first), np.asarray(last)
+    pp, interleave, first, last = (_int(x) for x in (pp, interleave, first, last))
     s = split(layers, pp, first, last, tail)
     ends = (first > 0) | (last > 0)
     both = (first > 0) & (last > 0)
-    fixed = np.where(first > 0, first, 0) + np.where(last > 0, last, 0)
+    fixed = where(first > 0, first, 0) + where(last > 0, last, 0)
     return ((s.fewest_units < interleave) | (s.first < 0) | (s.last < 0)
             | ((pp > 2) & (s.fewest_middle < interleave))
             | (ends & (pp < 2)) | (first < 0) | (last < 0)

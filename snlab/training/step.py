@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import network as net
+from ..grid import at_largest, rounded, where
 from ..hardware import ACTIVATION_BYTES, Hardware
 from ..sizing import ModelSizes, activation_widths
 from ..walls import communication as cm
@@ -68,15 +69,14 @@ class Layout:
 def layout(sizes: ModelSizes, plan: Plan) -> Layout:
     """Causal FlashAttention skips the masked half of the scores (Dao 2023,
     FlashAttention-2, Sec. 3.1); materialised scores are computed in full."""
-    split = stages.split(sizes.layers, np.round(plan.pp).astype(np.int64),
-                         np.round(plan.first_stage_layers).astype(np.int64),
-                         np.round(plan.last_stage_layers).astype(np.int64), stages.sizes_tail(sizes))
+    split = stages.split(sizes.layers, rounded(plan.pp), rounded(plan.first_stage_layers),
+                         rounded(plan.last_stage_layers), stages.sizes_tail(sizes))
     first, middle, last = (x.astype(float) for x in (split.first, split.middle, split.last))
     most = np.maximum(np.maximum(first, middle), last + sizes.mtp_modules)
     return Layout(devices=plan.devices, micro_batches=plan.micro_batches,
                   tokens=plan.micro_batch * plan.seq_len / plan.cp, first_layers=first, middle_layers=middle,
                   last_layers=last, stage_layers=most, stage_share=most / sizes.layers,
-                  context=np.where(plan.flash_attention > 0, 0.5, 1.0) * plan.seq_len)
+                  context=where(plan.flash_attention > 0, 0.5, 1.0) * plan.seq_len)
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def activations(sizes: ModelSizes, plan: Plan) -> Activations:
     selective = per_layer.partial(recompute=1).evaluate(inputs)
     full = per_layer.partial(recompute=2).evaluate(inputs)
     return Activations(everything=everything, selective=selective, full=full,
-                       kept=np.where(plan.flash_attention > 0, selective, everything))
+                       kept=where(plan.flash_attention > 0, selective, everything))
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ class Compute:
 def expert_load(plan: Plan):
     """Tokens the busiest expert device computes, over the mean [1]: the routing's
     imbalance, cut to the capacity factor when tokens beyond it are dropped."""
-    return np.where(plan.capacity_factor > 0, np.minimum(plan.expert_imbalance, plan.capacity_factor),
+    return where(plan.capacity_factor > 0, np.minimum(plan.expert_imbalance, plan.capacity_factor),
                     plan.expert_imbalance)
 
 
@@ -163,23 +163,21 @@ def compute(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, act: Activ
     # an MTP module: one more layer, the 2h -> h projection and the output head again
     mtp = sizes.mtp_modules * (layer_forward + logits + cw.gemm_time(
         gemm_m=tok, gemm_k=2 * h, gemm_n=h / t, element_bytes=ACTIVATION_BYTES, **roof))
-    scores = cw.roofline_time(flops=0.0, bytes_moved=np.where(plan.flash_attention > 0, 0.0,
+    scores = cw.roofline_time(flops=0.0, bytes_moved=where(plan.flash_attention > 0, 0.0,
                                                                2 * (act.everything - act.selective)), **roof)
     # full: the layers' forward again; selective: the attention scores again; FlashAttention
     # recomputes the scores in its backward pass whatever the setting (Dao et al. 2022)
-    layer_recompute = np.where(plan.recompute == 2, layer_forward,
-                               np.where((plan.recompute == 1) | (plan.flash_attention > 0), attention + scores, 0.0))
+    layer_recompute = where(plan.recompute == 2, layer_forward,
+                               where((plan.recompute == 1) | (plan.flash_attention > 0), attention + scores, 0.0))
     # each stage: its layers, the embedding (first: negligible), the output layer and any
     # MTP modules (last); the slowest sets the pipeline's pace
     single = plan.pp <= 1
     last_forward = lay.last_layers * layer_forward + logits + mtp
-    candidates = [(np.where(single, last_forward, lay.first_layers * layer_forward), lay.first_layers),
+    candidates = [(where(single, last_forward, lay.first_layers * layer_forward), lay.first_layers),
                   (lay.middle_layers * layer_forward, lay.middle_layers),
                   (last_forward, lay.last_layers + sizes.mtp_modules)]
     totals = [3 * f + n * layer_recompute for f, n in candidates]
-    slowest = np.argmax(np.stack(np.broadcast_arrays(*totals)), axis=0)
-    stage_forward = np.choose(slowest, np.broadcast_arrays(*[f for f, _ in candidates]))
-    per_microbatch = np.choose(slowest, np.broadcast_arrays(*totals))
+    stage_forward, per_microbatch = at_largest(totals, [f for f, _ in candidates], totals)
     return Compute(dense_gemm=dense, expert_gemm=experts, attention=attention, elementwise=elementwise,
                    layer_forward=layer_forward, logits=logits, mtp=mtp, stage_forward=stage_forward,
                    recompute=per_microbatch - 3 * stage_forward, per_microbatch=per_microbatch)
@@ -217,7 +215,7 @@ def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
     if not sizes.experts:
         return np.zeros_like(lay.tokens)
     calls = 2 + (plan.recompute == 2)               # dispatch + combine, forward, backward, recompute
-    tokens = lay.tokens / np.where(plan.sequence_parallel > 0, plan.tp, 1.0)
+    tokens = lay.tokens / where(plan.sequence_parallel > 0, plan.tp, 1.0)
     S = tokens * sizes.experts_per_token * sizes.hidden_size * ACTIVATION_BYTES
     plain = 2 * net.all_to_all(S, plan.ep, plan.tp * plan.cp, hw)
     cap = None
@@ -227,13 +225,13 @@ def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
         def cap(n2):
             return np.minimum(n2, np.maximum(sizes.groups_per_token * n2 / sizes.expert_groups,
                                              sizes.groups_per_token))
-    dispatch_bytes = np.where(hw.cast_bytes > 0, 1.0, ACTIVATION_BYTES)
+    dispatch_bytes = where(hw.cast_bytes > 0, 1.0, ACTIVATION_BYTES)
     disp, comb = net.expert_calls(tokens, sizes.experts_per_token, sizes.hidden_size, plan.ep, dispatch_bytes, hw,
                                   True, stride=plan.tp * plan.cp, domain_cap=cap)
     deep = disp + comb
-    per_layer = np.where(plan.ep_dispatcher == 1, deep, plain) * expert_load(plan)
+    per_layer = where(plan.ep_dispatcher == 1, deep, plain) * expert_load(plan)
     moe_layers = sizes.moe_layers * lay.stage_share
-    return np.where(plan.ep > 1, moe_layers * calls * per_layer, 0.0)
+    return where(plan.ep > 1, moe_layers * calls * per_layer, 0.0)
 
 
 def context_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
@@ -251,7 +249,7 @@ def pipeline_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
     scatter/gather optimisation, Narayanan et al. 2021 Sec. 4.1)."""
     S = lay.tokens * sizes.hidden_size * ACTIVATION_BYTES / plan.tp
     inside = plan.tp * plan.cp * plan.dp * plan.pp <= hw.scale_up_domain_size
-    return np.where(plan.pp > 1, 2 * plan.interleave * net.point_to_point(S, inside, hw), 0.0)
+    return where(plan.pp > 1, 2 * plan.interleave * net.point_to_point(S, inside, hw), 0.0)
 
 
 @dataclass(frozen=True)
@@ -275,7 +273,7 @@ def parameters(sizes: ModelSizes, plan: Plan, lay: Layout) -> Parameters:
     e ways, over the d x c / e replicas of each expert (ranks t x c x e apart), as in
     Megatron-Core's expert-data-parallel group."""
     extra_output = (sizes.embedding_copies - 1) * sizes.vocab_size * sizes.hidden_size
-    embeddings = np.where(plan.pp > 1, sizes.embedding_params, sizes.embedding_params + extra_output)
+    embeddings = where(plan.pp > 1, sizes.embedding_params, sizes.embedding_params + extra_output)
     dense = (sizes.layer_params * lay.stage_share + embeddings) / plan.tp
     experts = sizes.expert_params * lay.stage_share / (plan.ep * plan.tp)
     groups = ((dense, plan.dp * plan.cp, plan.tp),)
@@ -304,19 +302,23 @@ class DataParallel:
 def data_parallel(plan: Plan, hw: Hardware, lay: Layout, params: Parameters) -> DataParallel:
     # per-step collectives go in one call per model chunk (pp > 1) or per layer (pp = 1)
     # (nemo-comm-overlap); ZeRO's per-micro-batch ones layer by layer
-    chunks = np.where(plan.pp > 1, plan.interleave, lay.stage_layers)
+    chunks = where(plan.pp > 1, plan.interleave, lay.stage_layers)
 
     def calls(op, bytes_per_param, n_calls):
         return sum(n_calls * op(P * bytes_per_param / n_calls, n, stride, hw) for P, n, stride in params.groups)
 
     layers = lay.stage_layers
     z = plan.zero_stage
-    zero = np.where(z == 3, 2 * calls(net.reduce_scatter, 2.0, layers) + calls(net.reduce_scatter, plan.grad_bytes,
-                                                                                 layers),
-                    np.where(z == 2, calls(net.reduce_scatter, plan.grad_bytes, layers), 0.0))
-    reduce = np.where(z == 0, calls(net.all_reduce, plan.grad_bytes, chunks),
-                      np.where(z == 1, calls(net.reduce_scatter, plan.grad_bytes, chunks), 0.0))
-    gather = np.where((z == 1) | (z == 2), calls(net.reduce_scatter, 2.0, chunks), 0.0)
+
+    def when(stage, op, bytes_per_param, n_calls):
+        # priced only where some plan of the grid runs it (a single plan runs one branch)
+        return calls(op, bytes_per_param, n_calls) if (stage if type(stage) is np.bool_ else np.any(stage)) else 0.0
+
+    grads = when(z >= 2, net.reduce_scatter, plan.grad_bytes, layers)
+    zero = where(z == 3, 2 * when(z == 3, net.reduce_scatter, 2.0, layers) + grads, where(z == 2, grads, 0.0))
+    reduce = where(z == 0, when(z == 0, net.all_reduce, plan.grad_bytes, chunks),
+                   where(z == 1, when(z == 1, net.reduce_scatter, plan.grad_bytes, chunks), 0.0))
+    gather = where((z == 1) | (z == 2), when((z == 1) | (z == 2), net.reduce_scatter, 2.0, chunks), 0.0)
     return DataParallel(per_microbatch=zero, reduce=reduce, gather=gather, chunks=chunks)
 
 
@@ -343,16 +345,16 @@ def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params:
                    for P, n, _ in params.groups)
 
     r = plan.recompute
-    per_layer = np.where(r == 2, act.full, np.where(r == 1, act.selective, act.kept))
+    per_layer = where(r == 2, act.full, where(r == 1, act.selective, act.kept))
     # ZeRO-3 / FSDP hold the current and the prefetched layer's gathered 16-bit weights and
     # one layer's full gradients before their reduce-scatter (PyTorch FSDP's
     # limit_all_gathers: two units at a time); ZeRO-2 one layer's gradient bucket
     layer_params = params.total / lay.stage_layers
-    buffers = np.where(plan.zero_stage == 3, layer_params * (2 * 2.0 + plan.grad_bytes),
-                       np.where(plan.zero_stage == 2, layer_params * plan.grad_bytes, 0.0))
+    buffers = where(plan.zero_stage == 3, layer_params * (2 * 2.0 + plan.grad_bytes),
+                       where(plan.zero_stage == 2, layer_params * plan.grad_bytes, 0.0))
     # the layer being recomputed holds its full activations (full), or its attention
     # scores again (selective without FlashAttention) while its backward runs
-    working = np.where(r == 2, act.kept, np.where(r == 1, act.kept - act.selective, 0.0))
+    working = where(r == 2, act.kept, where(r == 1, act.kept - act.selective, 0.0))
     logits = mw.logits_memory(seq_len=plan.seq_len / plan.cp, micro_batch=plan.micro_batch,
                               vocab_size=sizes.vocab_size, tp=plan.tp, logit_bytes=4.0) * (1 + sizes.mtp_modules)
 
@@ -364,7 +366,7 @@ def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params:
     # the first stage holds the most micro-batches; the second the most among the middle
     # ones; the last also keeps the output logits and the MTP modules' layers
     last = stage(lay.last_layers + sizes.mtp_modules, plan.pp - 1) + logits
-    acts = np.where(plan.pp > 1, np.maximum(np.maximum(stage(lay.first_layers, 0), stage(lay.middle_layers, 1)),
+    acts = where(plan.pp > 1, np.maximum(np.maximum(stage(lay.first_layers, 0), stage(lay.middle_layers, 1)),
                                             last), last) + working
     return Memory(weights=states(mw.weight_memory), grads=states(mw.grad_memory),
                   optimizer=states(mw.optimizer_memory), activations=acts, buffers=buffers, per_layer=per_layer)
@@ -405,26 +407,26 @@ def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Paramete
     activations beyond the two layers kept go out and come back."""
     off_opt = (plan.offload == 1) | (plan.offload == 3)
     off_act = (plan.offload == 2) | (plan.offload == 3)
-    o_far = np.where(off_opt, mem.optimizer, 0.0)
-    a_far = np.where(off_act, np.maximum(mem.activations - 2 * mem.per_layer, 0.0), 0.0)
+    o_far = where(off_opt, mem.optimizer, 0.0)
+    a_far = where(off_act, np.maximum(mem.activations - 2 * mem.per_layer, 0.0), 0.0)
     domain = hw.scale_up_domain_size
     in_domain = np.minimum(lay.devices, domain)
     pool_free = np.maximum(hw.pool_capacity * domain - (in_domain - 1) * hw.hbm_capacity, 0.0) / in_domain
     in_pool = (hw.pool_bandwidth > 0) & (o_far + a_far <= pool_free)
-    bandwidth = np.where(in_pool, hw.pool_bandwidth, hw.host_bandwidth)
-    opt_params = sum(P / np.where(plan.zero_stage >= 1, n, 1.0) for P, n, _ in params.groups)
-    moved = np.where(in_pool, opt_params * plan.optimizer_bytes, opt_params * (plan.grad_bytes + 2.0))
+    bandwidth = where(in_pool, hw.pool_bandwidth, hw.host_bandwidth)
+    opt_params = sum(P / where(plan.zero_stage >= 1, n, 1.0) for P, n, _ in params.groups)
+    moved = where(in_pool, opt_params * plan.optimizer_bytes, opt_params * (plan.grad_bytes + 2.0))
     traffic = mw.optimizer_step_traffic(params_per_device=opt_params, grad_bytes=plan.grad_bytes,
                                         optimizer_bytes=plan.optimizer_bytes, weight_bytes=2.0)
     # on the host the CPU's Adam streams the same bytes through host DRAM, at its peak
     # bandwidth per device at best (ZeRO-Offload's CPU-Adam is memory-bound too)
     host_step = cw.roofline_time(flops=0.0, bytes_moved=traffic, **hardware_roofline_host(hw))
-    step = np.where(off_opt & ~in_pool, host_step, cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.roofline()))
+    step = where(off_opt & ~in_pool, host_step, cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.roofline()))
     out_mb = np.maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)
     return Offload(optimizer_far=o_far, activations_far=a_far, in_pool=in_pool, bandwidth=bandwidth,
-                   capacity=np.where(in_pool, pool_free, hw.host_capacity),
-                   optimizer_transfer=np.where(off_opt, moved / bandwidth, 0.0),
-                   activation_transfer=np.where(off_act, 2 * out_mb / bandwidth, 0.0), optimizer_step=step)
+                   capacity=where(in_pool, pool_free, hw.host_capacity),
+                   optimizer_transfer=where(off_opt, moved / bandwidth, 0.0),
+                   activation_transfer=where(off_act, 2 * out_mb / bandwidth, 0.0), optimizer_step=step)
 
 
 @dataclass(frozen=True)
@@ -474,11 +476,11 @@ def schedule(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict, d
     comm_mb = sum(parts.values())
     hidden = np.minimum(sum(can.values()), comp.per_microbatch)
     shorter = np.minimum(comp.per_microbatch, comm_mb)
-    level = np.where(shorter > 0, hidden / np.where(shorter > 0, shorter, 1.0), 0.0)
+    level = where(shorter > 0, hidden / where(shorter > 0, shorter, 1.0), 0.0)
     mb_time = cm.overlapped_time(compute_time=comp.per_microbatch, comm_time=comm_mb, overlap=level,
                                  overlap_contention=kappa)
     total_can = sum(can.values())
-    exposed = {x: m * (parts[x] - hidden * np.where(total_can > 0, can[x] / np.where(total_can > 0, total_can, 1.0),
+    exposed = {x: m * (parts[x] - hidden * where(total_can > 0, can[x] / where(total_can > 0, total_can, 1.0),
                                                       0.0)) for x in parts}
     dp_time, dp_hidden = _dp_step(plan, comp, dp)
     # the hidden part of the step's data-parallel traffic runs beside compute as long as itself
@@ -543,7 +545,7 @@ def utilisation(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, sched:
     model_flops = cw.model_step_flops(tokens=tokens, forward_flops_per_token=forward(plan.seq_len / 2))
     palm_flops = cw.model_step_flops(tokens=tokens, forward_flops_per_token=forward(plan.seq_len))
     # FlashAttention recomputes the scores in its backward pass even without recomputation
-    recompute = np.where((plan.flash_attention > 0) & (plan.recompute == 0), 1.0, plan.recompute)
+    recompute = where((plan.flash_attention > 0) & (plan.recompute == 0), 1.0, plan.recompute)
     hardware_flops = cw.hardware_step_flops(tokens=tokens, forward_flops_per_token=forward(lay.context),
                                             recompute=recompute, matmul_params=matmul,
                                             layers=layers, heads=sizes.heads, head_dim=sizes.attention_head_dim,
@@ -565,8 +567,8 @@ class Walls:
 
 def walls(lay: Layout, comp: Compute, sched: Schedule, off: Offload) -> Walls:
     m, mb = lay.micro_batches, sched.microbatch
-    bubble_compute = sched.bubble * np.minimum(comp.per_microbatch / np.where(mb > 0, mb, 1.0), 1.0)
-    per = np.where(comp.per_microbatch > 0, comp.per_microbatch, 1.0)
+    bubble_compute = sched.bubble * np.minimum(comp.per_microbatch / where(mb > 0, mb, 1.0), 1.0)
+    per = where(comp.per_microbatch > 0, comp.per_microbatch, 1.0)
     compute_s = m * 3 * comp.stage_forward + off.optimizer_step + bubble_compute * 3 * comp.stage_forward / per
     memory_s = (m * comp.recompute + off.optimizer_transfer + sched.exposed["offload"]
                 + bubble_compute * comp.recompute / per)
