@@ -11,9 +11,11 @@
 # `make figures` (re-export the README's images), `make notebooks` (re-run the
 # notebooks and keep only the outputs nbval checks), `make clean`, `make help`.
 #
-# Charts work without internet: `make lab` and `make test` set SNLAB_OFFLINE=1, which
-# makes every Altair chart use the JavaScript bundled in vl-convert-python instead of a
-# CDN (see snlab/offline.py). `make lab OFFLINE=0` loads it from the CDN instead.
+# Charts work without internet however Jupyter is started: snlab renders every Altair
+# chart from the JavaScript bundled in vl-convert-python (see snlab/offline.py);
+# `make lab OFFLINE=0` (SNLAB_OFFLINE=0) loads it from the CDN instead. JupyterLab opens
+# without pop-ups: `make setup` installs binder/overrides.json (no news prompt, no update
+# check) as the venv's JupyterLab settings overrides, as binder/postBuild does on Binder.
 #
 # Variables you can override on the command line or in the environment:
 #   PYTHON=/path/to/python3.11   interpreter used to create .venv (default: python3.11, else python3 >= 3.11)
@@ -24,6 +26,7 @@
 #   PYTEST_ARGS='...'            extra arguments for pytest, e.g. PYTEST_ARGS='-k units -x'
 #   TEST_PATHS='tests notebooks' what `make test` runs
 #   OFFLINE=1                    charts without a CDN in `make lab` (0: from the CDN)
+#   SITE=site                    where `make site` writes the static HTML lessons
 #   BROWSER_TESTS=1              0: skip the real-browser tests (and installing chromium)
 #
 # ---------------------------------------------------------------------------------
@@ -76,13 +79,16 @@ SHELL := /bin/bash
 
 VENV        ?= .venv
 LOCK        := binder/requirements.txt
-LOCK_EXTRAS := test,offline,browser
+LOCK_EXTRAS := lab,test
 LOCK_ARGS   ?=
 UV_VERSION  ?= 0.13.9
 # Packages installed by the lock and removed right after (see "The rfc3987-syntax trap").
 DROP_PACKAGES := rfc3987-syntax
 # Bump when the way `setup` installs changes, so that existing venvs are refreshed.
-SETUP_REV   := 1
+SETUP_REV   := 2
+# JupyterLab settings shipped with the project, and where the venv's JupyterLab reads them
+LAB_OVERRIDES := binder/overrides.json
+LAB_SETTINGS  := $(VENV)/share/jupyter/lab/settings
 
 PYTHON      ?=
 IP          ?= 127.0.0.1
@@ -94,6 +100,7 @@ TEST_PATHS  ?= tests notebooks
 PYTEST_ARGS ?=
 NBVAL_CELL_TIMEOUT ?= 600
 OFFLINE     ?= 1
+SITE        ?= site
 BROWSER_TESTS ?= 1
 
 VPY   := $(VENV)/bin/python
@@ -106,7 +113,7 @@ export PIP_PROGRESS_BAR := off
 endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help setup test lab lock clean browser-deps figures notebooks
+.PHONY: help setup test lab lock clean browser-deps figures notebooks site
 
 help:
 	@echo "make lab      set up .venv and open JupyterLab on $(NOTEBOOK)"
@@ -115,6 +122,7 @@ help:
 	@echo "make lock     regenerate $(LOCK) from pyproject.toml (see comments in Makefile)"
 	@echo "make figures  re-export the README's images into notebooks/figures/ (offline)"
 	@echo "make notebooks  re-run the notebooks; keep only the outputs nbval checks"
+	@echo "make site     the executed lessons as static HTML in $(SITE)/ (charts included, offline)"
 	@echo "make browser-deps  apt-get install Debian's chromium for the browser tests"
 	@echo "make clean    remove .venv and caches"
 
@@ -145,7 +153,7 @@ setup: $(VPY)
 	@$(VPY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { \
 	  echo "ERROR: $(VENV) uses $$($(VPY) --version); snlab needs >= 3.11. Run 'make clean' and retry." >&2; exit 1; }
 	@set -e; \
-	want="$$($(VPY) -c 'import hashlib, sys; h = hashlib.sha256(); [h.update(open(f, "rb").read()) for f in sys.argv[1:]]; print("rev=$(SETUP_REV)", h.hexdigest(), sys.version.split()[0])' $(LOCK) pyproject.toml)"; \
+	want="$$($(VPY) -c 'import hashlib, sys; h = hashlib.sha256(); [h.update(open(f, "rb").read()) for f in sys.argv[1:]]; print("rev=$(SETUP_REV)", h.hexdigest(), sys.version.split()[0])' $(LOCK) pyproject.toml $(LAB_OVERRIDES))"; \
 	if [[ -f "$(STAMP)" && "$$(cat "$(STAMP)")" == "$$want" ]]; then \
 	  echo "setup: $(VENV) is up to date with $(LOCK)"; exit 0; \
 	fi; \
@@ -154,6 +162,7 @@ setup: $(VPY)
 	$(VPY) -m pip install --no-deps -r $(LOCK); \
 	$(VPY) -m pip uninstall -y $(DROP_PACKAGES); \
 	$(VPY) -m pip check; \
+	mkdir -p "$(LAB_SETTINGS)"; cp $(LAB_OVERRIDES) "$(LAB_SETTINGS)/overrides.json"; \
 	echo "$$want" > "$(STAMP)"; \
 	echo "setup: done"
 
@@ -165,10 +174,10 @@ setup: $(VPY)
 # chromium, which browser-deps installs; SNLAB_REQUIRE_BROWSER=1 makes a missing
 # browser a failure instead of a skip; BROWSER_TESTS=0 skips them, e.g. on a laptop
 # without chromium). --nbval-current-env runs the notebooks in this
-# venv's kernel, whatever kernelspecs the machine has. SNLAB_OFFLINE=1: no chart may
-# need the internet. Exit code 5 ("no tests collected") is a failure here, on purpose.
+# venv's kernel, whatever kernelspecs the machine has. Nothing about charts is set: they
+# must work offline by default. Exit code 5 ("no tests collected") is a failure here, on purpose.
 test: setup browser-deps
-	SNLAB_OFFLINE=1 SNLAB_REQUIRE_BROWSER=$(BROWSER_TESTS) $(VPY) -m pytest $(TEST_PATHS) --nbval-lax --nbval-current-env \
+	SNLAB_REQUIRE_BROWSER=$(BROWSER_TESTS) $(VPY) -m pytest $(TEST_PATHS) --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) $(PYTEST_ARGS)
 
 # Serves the repo root and makes $(NOTEBOOK) the landing page (default_url), so both the
@@ -231,10 +240,15 @@ figures: setup
 # Re-runs every notebook and keeps only the outputs of the cells marked
 # # NBVAL_CHECK_OUTPUT (nbval's references); everything else stays stripped for git.
 notebooks: setup
-	SNLAB_OFFLINE=1 $(VPY) notebooks/refresh_outputs.py
+	$(VPY) notebooks/refresh_outputs.py
+
+# The lessons, executed, as static HTML pages with their charts (the JavaScript bundled
+# in each page, no CDN) and an index, for participants to read without a kernel.
+site: setup
+	$(VPY) notebooks/build_site.py --out $(SITE)
 
 # --- cleaning --------------------------------------------------------------------------
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build dist $(SITE) *.egg-info
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +

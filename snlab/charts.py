@@ -456,6 +456,28 @@ def collective_time(systems: Iterable = ("pcie-ethernet-a100", "cloudmatrix384")
         **enc).properties(width=width, height=height)
 
 
+def parity(frame=None, color: str = "kind") -> alt.LayerChart:
+    """Predicted against measured, each run relative to its published value (1 = exact),
+    with the run's tolerance band; coloured by ``color`` (``"kind"`` of run, or
+    ``"source"``). ``frame`` is :func:`snlab.validation.table` (the default) or a part of it."""
+    from . import validation
+    if color not in ("kind", "source"):
+        raise SnlabError("color", f"got {color!r}", "kind or source")
+    frame = validation.table() if frame is None else frame
+    data = frame.assign(ratio=frame["predicted"] / frame["measured"],
+                        low=1 - frame["tolerance"], high=1 + frame["tolerance"])[
+        ["kind", "id", "source", "metric", "measured", "predicted", "ratio", "low", "high", "error"]]
+    y = alt.Y("id:N", sort=None, title="published run")
+    band = alt.Chart(data).mark_rule(strokeWidth=6, opacity=0.25).encode(
+        y=y, x=alt.X("low:Q", title="predicted / published [1]"), x2="high:Q")
+    dots = alt.Chart(data).mark_point(filled=True, size=70).encode(
+        y=y, x="ratio:Q", color=alt.Color(f"{color}:N", title="kind of run" if color == "kind" else "source"),
+        tooltip=["id", "source", "metric", alt.Tooltip("measured:Q", format=".4g"),
+                 alt.Tooltip("predicted:Q", format=".4g"), alt.Tooltip("error:Q", format="+.1%", title="error")])
+    exact = alt.Chart(data).mark_rule(color="black").encode(x=alt.datum(1.0))
+    return (band + dots + exact).properties(width=420, title="snlab against published runs (bars: tolerance)")
+
+
 def enable_offline(offline_mode: bool = True) -> None:
     """Render every chart without a CDN (see :func:`snlab.offline.enable_offline`)."""
     offline.enable_offline(offline_mode)

@@ -1,20 +1,25 @@
-"""A real browser: JupyterLab and Voila driven by Playwright with Debian's Chromium.
+"""A real browser: JupyterLab, Voila and the static lessons, driven by Playwright with
+Debian's Chromium, with no network beyond the local server.
 
-The test starts JupyterLab on localhost (a token, HOME in a temporary folder, a copy of
-the central notebook so that autosave cannot touch the repository), runs every cell from
-the Run menu, moves the dashboard's micro-batch slider with the keyboard, and checks that
-the chart was redrawn and that no error appeared. A second test renders the same
-notebook in Voila. Both use the system browser at ``/usr/bin/chromium`` (``make
-browser-deps`` installs it with apt); Playwright never downloads one.
+* ``jupyter lab`` started the plain way (nothing set, HOME in a temporary folder, copies
+  of the notebooks so that autosave cannot touch the repository): every lesson runs from
+  the Run menu, every chart renders, no error and no pop-up appears, and on the central
+  notebook the micro-batch slider redraws its chart;
+* ``make lab`` on the repository (autosave off): the landing notebook runs and draws;
+* Voila renders the central dashboard and its slider works;
+* ``make site``'s pages (built here by ``notebooks/build_site.py``) show every chart.
 
-Without Chromium (or the ``browser`` extra) the tests are skipped, unless
-``SNLAB_REQUIRE_BROWSER=1`` (set by ``make test``), which turns that into a failure.
-Set ``SNLAB_SCREENSHOTS=/some/dir`` to keep the screenshots.
+The browser refuses every request that does not go to the local server, so a chart that
+needs a CDN fails here. The system browser is ``/usr/bin/chromium`` (``make browser-deps``
+installs it with apt); Playwright never downloads one. Without Chromium (or Playwright)
+the tests are skipped, unless ``SNLAB_REQUIRE_BROWSER=1`` (set by ``make test``), which
+turns that into a failure. Set ``SNLAB_SCREENSHOTS=/some/dir`` to keep the screenshots.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -28,12 +33,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "notebooks" / "04-cluster-vs-supernode.ipynb"
+NOTEBOOKS = ROOT / "notebooks"
+NOTEBOOK = NOTEBOOKS / "04-cluster-vs-supernode.ipynb"
+LESSONS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 CHROMIUM = os.environ.get("SNLAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage"]
 ERRORS = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], .snlab-error"
+#: JupyterLab's notifications (the news prompt is one) and dialogs
+POPUPS = ".Toastify__toast, .jp-Dialog"
 
 
 def _require_browser():
@@ -93,9 +102,17 @@ def _server(cmd: list[str], url: str, env: dict, log: Path, timeout: float = 120
 def _env(tmp_path: Path) -> dict:
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "XDG_"))}
-    env.update(HOME=str(home), SNLAB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    # nothing of the caller's Jupyter or snlab settings: a plain start
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "XDG_", "SNLAB_"))}
+    env.update(HOME=str(home), PYTHONUNBUFFERED="1")
     return env
+
+
+def _no_autosave(env: dict) -> None:
+    """JupyterLab user settings in the temporary HOME: documents are never saved."""
+    path = Path(env["HOME"]) / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "docmanager-extension"
+    path.mkdir(parents=True)
+    (path / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
 
 
 @contextmanager
@@ -104,6 +121,10 @@ def _browser(tmp_path: Path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        # no network: only the local server (and pages on disk) answer
+        page.route("**/*", lambda route: route.continue_()
+                   if route.request.url.startswith(("http://127.0.0.1", "file://", "data:", "blob:"))
+                   else route.abort())
         console = []
         page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
         page.on("pageerror", lambda err: console.append(f"pageerror: {err}"))
@@ -156,36 +177,133 @@ def _run_all_cells(page, attempts: int = 3) -> None:
     raise AssertionError("Run All Cells did not start the notebook")
 
 
-def test_jupyterlab_runs_the_central_notebook_and_a_slider_redraws_its_chart(tmp_path):
+def _wait_idle(page, timeout: float = 300_000) -> None:
+    """Until the kernel is idle and every code cell shows an execution count."""
+    page.wait_for_function(
+        """() => {
+            const busy = document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='busy']");
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+            return !busy && prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+        }""", timeout=timeout)
+
+
+def _wait_charts(page, expected: int, timeout: float = 180_000) -> int:
+    """Until at least ``expected`` charts are drawn and every chart on the page is drawn
+    (an SVG or canvas inside its vega-embed); returns how many there are."""
+    page.wait_for_function(
+        """(expected) => {
+            const charts = [...document.querySelectorAll('.vega-embed')];
+            return charts.length >= expected && charts.every(c => c.querySelector('svg, canvas'));
+        }""", arg=expected, timeout=timeout)
+    return page.locator(".vega-embed").count()
+
+
+def _check_clean(page, console: list[str], where: str) -> None:
+    """No error output, no failed script, no pop-up."""
+    assert page.locator(ERRORS).count() == 0, (where, page.locator(ERRORS).all_inner_texts())
+    failed = [c for c in console if "Error loading script" in c or "pageerror" in c]
+    assert not failed, (where, failed)
+    assert page.locator(POPUPS).count() == 0, (where, page.locator(POPUPS).all_inner_texts())
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The static lessons, built as ``make site`` builds them: {page name: charts drawn}."""
     _require_browser()
+    sys.path.insert(0, str(NOTEBOOKS))
+    try:
+        import build_site
+    finally:
+        sys.path.remove(str(NOTEBOOKS))
+    out = tmp_path_factory.mktemp("site")
+    pages = build_site.build(LESSONS, out)
+    charts = {page.stem: len(re.findall(r"""class=["']snlab-chart["']""", page.read_text(encoding="utf-8")))
+              for page in pages}
+    return out, charts
+
+
+def test_static_lessons_show_every_chart_without_a_kernel_or_network(site, tmp_path):
+    out, charts = site
+    assert set(charts) == {p.stem for p in LESSONS}
+    assert sum(charts.values()) >= 20 and all(charts[p] > 0 for p in charts if not p.startswith("08"))
+    with _browser(tmp_path) as (page, console):
+        page.goto((out / "index.html").as_uri())
+        links = page.locator("a")
+        assert links.count() == len(LESSONS)
+        for name, expected in charts.items():
+            page.goto((out / f"{name}.html").as_uri())
+            drawn = page.locator(".snlab-chart svg")
+            assert drawn.count() == expected, name
+            for i in range(expected):
+                box = drawn.nth(i).bounding_box()
+                assert box and box["width"] > 100 and box["height"] > 50, (name, i, box)
+            assert "Traceback" not in page.inner_text("body"), name
+        _screenshot(page, tmp_path, "site-last.png")
+        assert not [c for c in console if "pageerror" in c], console
+
+
+def test_plain_jupyterlab_runs_every_lesson_and_draws_every_chart(site, tmp_path):
+    """``jupyter lab`` with nothing set and no network: every lesson runs, every chart
+    draws (as many as the static build drew), nothing pops up; on the central lesson a
+    slider redraws its chart."""
+    _, charts = site
     work = tmp_path / "work"
-    work.mkdir()
-    shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
+    shutil.copytree(NOTEBOOKS, work / "notebooks", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     port, token = _free_port(), "snlab-test-token"
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            f"--ServerApp.token={token}", "--ServerApp.port_retries=0", f"--ServerApp.root_dir={work}",
-           "--allow-root", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+           "--allow-root"]
     base = f"http://127.0.0.1:{port}"
     with _server(cmd, f"{base}/api/status?token={token}", _env(tmp_path), tmp_path / "lab.log"), \
             _browser(tmp_path) as (page, console):
-        page.goto(f"{base}/lab/tree/{NOTEBOOK.name}?token={token}&reset")
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-        _run_all_cells(page)
-        dashboard = page.locator(".snlab-dashboard").first
-        dashboard.wait_for(timeout=180_000)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180_000)
-        dashboard.scroll_into_view_if_needed()
-        try:
-            _move_slider_and_check_redraw(page, dashboard)
-        finally:
-            _screenshot(page, tmp_path, "jupyterlab-04.png")
-        # every code cell ran, and none printed an error or a warning
-        cells = page.locator(".jp-CodeCell .jp-InputPrompt")
-        assert cells.count() > 5
-        assert page.locator(".jp-CodeCell .jp-InputPrompt", has_text="[*]").count() == 0
-        assert page.locator(ERRORS).count() == 0, page.locator(ERRORS).all_inner_texts()
-        assert page.locator(".vega-embed").count() >= 6
-        assert not [c for c in console if "Error loading script" in c or "pageerror" in c], console
+        for lesson in LESSONS:
+            page.goto(f"{base}/lab/tree/notebooks/{lesson.name}?token={token}&reset")
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            _run_all_cells(page)
+            _wait_idle(page)
+            try:
+                drawn = _wait_charts(page, charts[lesson.stem])
+                if lesson == NOTEBOOK:
+                    dashboard = page.locator(".snlab-dashboard").first
+                    dashboard.scroll_into_view_if_needed()
+                    _move_slider_and_check_redraw(page, dashboard)
+            finally:
+                _screenshot(page, tmp_path, f"jupyterlab-{lesson.stem}.png")
+            assert drawn >= charts[lesson.stem], lesson.name
+            _check_clean(page, console, lesson.name)
+
+
+def test_make_lab_opens_the_landing_lesson_without_popups(tmp_path):
+    """The README's command: ``make lab`` prints the landing lesson's URL, and the lesson
+    runs and draws in a browser with no network. Autosave is off, and the repository's
+    notebook is unchanged afterwards."""
+    _require_browser()
+    landing = NOTEBOOKS / "00-start-here.ipynb"
+    before = landing.read_bytes()
+    port, token = _free_port(), "snlab-make-lab"
+    env = {k: v for k, v in _env(tmp_path).items() if not k.startswith("MAKE")}
+    _no_autosave(env)
+    cmd = ["make", "-C", str(ROOT), "lab", "OPEN_BROWSER=no", "IP=127.0.0.1", f"PORT={port}",
+           f"LAB_ARGS=--ServerApp.token={token} --ServerApp.port_retries=0"]
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "make-lab.log"
+    try:
+        with _server(cmd, f"{base}/api/status?token={token}", env, log, timeout=600), \
+                _browser(tmp_path) as (page, console):
+            assert f"/lab/tree/notebooks/{landing.name}" in log.read_text()
+            page.goto(f"{base}/?token={token}")          # the server's landing page is the lesson
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            assert page.url.split("?")[0].endswith(f"/lab/tree/notebooks/{landing.name}")
+            assert landing.name in page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current").inner_text()
+            _run_all_cells(page)
+            _wait_idle(page)
+            try:
+                assert _wait_charts(page, 1) >= 1
+            finally:
+                _screenshot(page, tmp_path, "make-lab-00.png")
+            _check_clean(page, console, landing.name)
+    finally:
+        assert landing.read_bytes() == before
 
 
 def test_voila_renders_the_central_dashboard(tmp_path):
@@ -207,8 +325,10 @@ def test_voila_renders_the_central_dashboard(tmp_path):
         page.locator(".snlab-quiz").first.wait_for(timeout=180_000)
         dashboard.scroll_into_view_if_needed()
         try:
+            _wait_charts(page, 6)
             _move_slider_and_check_redraw(page, dashboard)
         finally:
             _screenshot(page, tmp_path, "voila-04.png")
         assert page.locator(ERRORS).count() == 0, page.locator(ERRORS).all_inner_texts()
         assert "There was an error when executing cell" not in page.content()
+        assert not [c for c in console if "Error loading script" in c], console

@@ -230,10 +230,14 @@ def test_save_writes_images_offline(tmp_path, frame):
 
 def test_offline_switch(monkeypatch):
     import altair as alt
-    monkeypatch.setenv(offline.ENV, "1")
-    assert offline.requested()
-    monkeypatch.setenv(offline.ENV, "no")
-    assert not offline.requested()
+    monkeypatch.delenv(offline.ENV, raising=False)
+    assert offline.requested()                   # offline unless told otherwise
+    for value in ("1", "yes", ""):
+        monkeypatch.setenv(offline.ENV, value)
+        assert offline.requested()
+    for value in ("0", "no", "False", " off "):
+        monkeypatch.setenv(offline.ENV, value)
+        assert not offline.requested()
     charts.enable_offline()
     assert offline.is_offline()
     assert alt.JupyterChart._esm.count("\n") > 1000 or len(alt.JupyterChart._esm) > 500_000
@@ -250,6 +254,48 @@ def test_import_snlab_stays_light():
     lazy = subprocess.run([sys.executable, "-c", "import snlab; print(type(snlab.charts.step_breakdown).__name__)"],
                           capture_output=True, text=True, check=True)
     assert lazy.stdout.strip() == "function"
+
+
+def _kernel_check(env: dict, code: str) -> str:
+    """Run ``code`` after importing snlab.charts in a process that looks like a Jupyter
+    kernel (an IPython shell with a kernel attached) and return what it prints."""
+    prelude = ("import IPython, types; from IPython.core.interactiveshell import InteractiveShell; "
+               "shell = InteractiveShell.instance(); shell.kernel = types.SimpleNamespace(); "
+               "import altair as alt, snlab.charts, snlab.offline as o; ")
+    out = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, check=True,
+                         env=env)
+    return out.stdout.strip()
+
+
+def test_charts_are_offline_by_default_in_a_kernel(tmp_path):
+    """With nothing set, importing snlab.charts in a kernel bundles the JavaScript; with
+    SNLAB_OFFLINE=0 the CDN stays; outside a kernel nothing is switched."""
+    env = {k: v for k, v in os.environ.items() if k != offline.ENV}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    assert _kernel_check(env, "print(o.is_offline(), alt.JupyterChart._is_offline, alt.renderers.active)") \
+        == "True True jupyter"
+    assert _kernel_check({**env, offline.ENV: "0"}, "print(o.is_offline(), alt.JupyterChart._is_offline)") \
+        == "False False"
+    plain = subprocess.run([sys.executable, "-c", "import altair as alt, snlab.charts, snlab.offline as o; "
+                            "print(o.in_kernel(), o.is_offline())"], capture_output=True, text=True, check=True,
+                           env=env)
+    assert plain.stdout.strip() == "False False"
+
+
+def test_offline_without_vl_convert_warns_instead_of_failing(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_vl_convert(name, *args, **kwargs):
+        if name == "vl_convert":
+            raise ImportError("no vl_convert")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(offline, "_state", {"offline": False})
+    monkeypatch.setattr(builtins, "__import__", no_vl_convert)
+    with pytest.warns(UserWarning, match="vl-convert-python is not installed"):
+        offline.enable_offline(True)
+    assert not offline.is_offline()
 
 
 def test_offline_bundle_cache_is_reused(tmp_path):

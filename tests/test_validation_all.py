@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from snlab import validation
+from snlab import charts, validation
 
 TABLE = validation.table()
 
@@ -22,7 +22,7 @@ def test_every_run_has_a_known_source():
 
 
 def test_parity_chart_has_every_run():
-    spec = validation.parity_chart(TABLE).to_dict()
+    spec = charts.parity(TABLE).to_dict()
     values = next(iter(spec["datasets"].values()))
     assert {v["id"] for v in values} == set(TABLE["id"])
 

@@ -3,7 +3,7 @@
 The runs live in TOML files beside this module (``training_runs.toml``,
 ``memory_runs.toml``, ``serving_runs.toml``), one ``[[run]]`` per published number
 with its source, inputs, metric and tolerance. ``table()`` gathers all three;
-``parity_chart()`` draws predicted against measured.
+:func:`snlab.charts.parity` draws predicted against measured.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .runs import read_runs
 from .serving import serving_runs, serving_table
 from .training import training_runs, training_table
 
-__all__ = ["table", "summary", "summary_markdown", "parity_chart", "training_runs", "training_table",
+__all__ = ["table", "summary", "summary_markdown", "training_runs", "training_table",
            "memory_runs", "memory_table", "serving_runs", "serving_table", "read_runs"]
 
 
@@ -38,30 +38,6 @@ def summary(frame=None):
     return g.agg(runs=("id", "size"), median_abs_error=("abs_error", "median"),
                  median_error=("error", "median"), worst_abs_error=("abs_error", "max"),
                  within=("within", "sum")).reset_index()
-
-
-def parity_chart(frame=None, color: str = "kind"):
-    """Predicted against measured, each run relative to its published value (1 = exact),
-    with the run's tolerance band; coloured by ``color`` (``"kind"`` of run, or
-    ``"source"``)."""
-    import altair as alt
-
-    from ..errors import SnlabError
-    if color not in ("kind", "source"):
-        raise SnlabError("color", f"got {color!r}", "kind or source")
-    frame = table() if frame is None else frame
-    data = frame.assign(ratio=frame["predicted"] / frame["measured"],
-                        low=1 - frame["tolerance"], high=1 + frame["tolerance"])[
-        ["kind", "id", "source", "metric", "measured", "predicted", "ratio", "low", "high", "error"]]
-    y = alt.Y("id:N", sort=None, title="published run")
-    band = alt.Chart(data).mark_rule(strokeWidth=6, opacity=0.25).encode(
-        y=y, x=alt.X("low:Q", title="predicted / published [1]"), x2="high:Q")
-    dots = alt.Chart(data).mark_point(filled=True, size=70).encode(
-        y=y, x="ratio:Q", color=alt.Color(f"{color}:N", title="kind of run" if color == "kind" else "source"),
-        tooltip=["id", "source", "metric", alt.Tooltip("measured:Q", format=".4g"),
-                 alt.Tooltip("predicted:Q", format=".4g"), alt.Tooltip("error:Q", format="+.1%", title="error")])
-    exact = alt.Chart(data).mark_rule(color="black").encode(x=alt.datum(1.0))
-    return (band + dots + exact).properties(width=420, title="snlab against published runs (bars: tolerance)")
 
 
 def summary_markdown(frame=None) -> str:

@@ -1,0 +1,148 @@
+"""The instructor's guide (notebooks/README.md) says what the lessons compute.
+
+Each "predict, then check" answer in the guide is recomputed here with the calls its
+lesson makes; a model change that moves an answer fails this test until the guide says
+the new one. The guide must also cover every lesson, in order.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import snlab
+from snlab import charts, claims, compare, validation, widgets
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = (ROOT / "notebooks" / "README.md").read_text(encoding="utf-8")
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
+CLUSTER, SUPERNODE = widgets.CLUSTER, widgets.SUPERNODE
+
+
+def section(number: str) -> str:
+    """The guide's text for lesson ``number`` ("00" ... "09")."""
+    match = re.search(rf"^### {number} .*?(?=^### |^## |\Z)", GUIDE, flags=re.S | re.M)
+    assert match, f"no section for lesson {number}"
+    return " ".join(match.group(0).split())          # line breaks as spaces
+
+
+def answer_in(number: str) -> str:
+    match = re.search(r"\*\*Answer:\s*(.+?)\*\*", section(number), flags=re.S)
+    assert match, f"lesson {number}: no **Answer: ...**"
+    return match.group(1).strip()
+
+
+def test_the_guide_covers_every_lesson_in_order():
+    numbers = [p.name[:2] for p in LESSONS]
+    table = re.findall(r"^\| (\d\d) \| .+? \| (\d+) min \|", GUIDE, flags=re.M)
+    assert [n for n, _ in table] == numbers
+    assert all(5 <= int(m) <= 60 for _, m in table)
+    for n in numbers:
+        assert "Predict, then check" in section(n)
+
+
+def _options_answer(value, cuts, options):
+    for cut, option in zip(cuts, options):
+        if value < cut:
+            return option
+    return options[-1]
+
+
+def test_00_supernode_mfu_for_the_1t_model():
+    best = compare.best_plans(["megatron-1t"], [CLUSTER, SUPERNODE], devices=384, global_batch=768)
+    mfu = best.set_index("system")["mfu"]
+    expected = _options_answer(mfu[SUPERNODE] / mfu[CLUSTER], (1.1, 1.5, 2.0),
+                               ["about the same", "10% to 50% higher", "50% to 100% higher", "more than twice"])
+    assert answer_in("00") == expected
+    assert f"MFU {mfu[SUPERNODE]:.0%} against {mfu[CLUSTER]:.0%}" in section("00")
+
+
+def test_01_throttling_slows_the_step_less_than_the_clock():
+    df = snlab.sweep("llama3-70b", "dgx-h100", tp=8, pp=4, dp=8, micro_batch=1, global_batch=512,
+                     sustained_clock=[0.8, 1.0])
+    slowdown = df["step_time_s"].iloc[0] / df["step_time_s"].iloc[1] - 1
+    expected = "less than 25% slower" if slowdown < 0.249 else "exactly 25%" if slowdown < 0.251 else "more than 25%"
+    assert answer_in("01") == expected
+    assert f"({slowdown:.0%})" in section("01")
+
+
+def test_02_zero_1_shrinks_the_optimizer_state():
+    states = snlab.sweep("llama3-70b", "dgx-h100", tp=8, pp=4, dp=8, micro_batch=1, global_batch=256, zero=[0, 1])
+    parts = {"weights": "memory_weights_bytes", "gradients": "memory_grads_bytes",
+             "optimizer state": "memory_optimizer_bytes", "activations": "memory_activations_bytes"}
+    saved = {name: states[col].iloc[0] - states[col].iloc[1] for name, col in parts.items()}
+    answer = max(saved, key=saved.get)
+    assert answer_in("02") == f"the {answer}"
+    assert f"{saved[answer] / 1e9:.1f} GB saved" in section("02")
+
+
+def test_03_small_all_reduce():
+    small = charts.collective_frame([CLUSTER, SUPERNODE], "all-reduce", 16, sizes=[64e3],
+                                    levels=False).set_index("system")["time_us"]
+    assert answer_in("03").startswith(small.idxmin())
+    assert f"cluster {small[CLUSTER]:.0f} µs, supernode {small[SUPERNODE]:.0f} µs" in section("03")
+
+
+def test_04_small_model_mfu():
+    best = compare.best_plans(["llama3.2-1b"], [CLUSTER, SUPERNODE], devices=384, global_batch=768)
+    mfu = best.set_index("system")["mfu"]
+    winner = "the cluster" if mfu[CLUSTER] >= mfu[SUPERNODE] else "the supernode"
+    assert answer_in("04").startswith(winner)
+    low, high = sorted([mfu[CLUSTER], mfu[SUPERNODE]])
+    assert f"({high:.0%} against {low:.0%})" in section("04")
+
+
+def test_05_best_micro_batch_with_short_sequences():
+    micro = [1, 2, 4, 8, 16, 32]
+    short = snlab.sweep("llama3-8b", [CLUSTER, SUPERNODE], micro_batch=micro, tp=8, pp=8, dp=1,
+                        global_batch=512, recompute="selective", seq_len=256)
+    best = compare.optimum(short)
+    cm, cl = best[SUPERNODE], best[CLUSTER]
+    expected = "smaller than the cluster's" if cm < cl else "the same" if cm == cl else "larger than the cluster's"
+    assert answer_in("05") == expected
+    assert f"(cluster {cl}, supernode {cm})" in section("05")
+
+
+def test_06_million_token_decode():
+    long = snlab.serve_sweep("llama3-70b", ["dgx-h100", "cloudmatrix384"], tp=8, batch=8, prompt_len=1048576,
+                             output_len=1000).set_index("system")
+    speedup = (long.loc["cloudmatrix384", "decode_tokens_per_s_per_device"]
+               / long.loc["dgx-h100", "decode_tokens_per_s_per_device"])
+    expected = _options_answer(speedup, (2, 4), ["about the same", "2 to 4 times", "more than 4 times"])
+    assert answer_in("06") == expected
+    assert f"(about {speedup:.0f} times)" in section("06")
+
+
+def test_07_what_the_bus_is_worth_for_a_small_model():
+    fabric = compare.with_scale_up_of(CLUSTER, SUPERNODE)
+    scale = compare.job_table(["llama3.2-1b", "megatron-1t"], [CLUSTER, fabric], devices=384, global_batch=768,
+                              tokens=1e12)
+    worth = scale.pivot(index="model", columns="system", values="tokens_per_device_s")
+    worth = worth[fabric.name] / worth[CLUSTER] - 1
+    expected = "almost nothing (under 10%)" if worth["llama3.2-1b"] < 0.10 else "10% or more"
+    assert answer_in("07") == expected
+    assert f"({worth['llama3.2-1b']:.0%} for 1B, {worth['megatron-1t']:.0%} for 1T)" in section("07")
+
+
+def test_08_deep_pipeline_error():
+    table = validation.training_table().set_index("id")
+    big, small = table.loc["narayanan2021-table1-529.6b"], table.loc["narayanan2021-table1-39.1b"]
+    expected = (("optimistic" if big.error > 0 else "pessimistic")
+                + (", larger" if abs(big.error) > abs(small.error) else ", smaller"))
+    assert answer_in("08") == expected
+    assert f"({big.error:+.1%} against {small.error:+.1%})" in section("08")
+
+
+def test_09_throttling_costs_a_communication_bound_job_less():
+    numbers = claims.c15().numbers
+    lost = {s: numbers[f"throughput lost at 0.8 clock, {s}"] for s in ("dgx-a100", "pcie-ethernet-a100")}
+    answer = min(lost, key=lost.get)
+    assert answer_in("09") == answer
+    assert f"({lost['pcie-ethernet-a100']:.1%} lost against {lost['dgx-a100']:.1%}" in section("09")
+
+
+@pytest.mark.parametrize("number", ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09"])
+def test_every_lesson_has_an_answer(number):
+    assert answer_in(number)
