@@ -180,6 +180,33 @@ def whole(x) -> np.ndarray:
     return (x == np.round(x)) & (x >= 1)
 
 
+def check_finite(row: Mapping, inputs: Mapping) -> None:
+    """Refuse a result with a NaN or infinite number in it, naming the outputs and the
+    inputs given (every input is range-checked first, so this is the last guard)."""
+    bad = [k for k, v in row.items() if isinstance(v, (float, np.floating)) and not math.isfinite(v)]
+    if bad:
+        given = ", ".join(f"{k}={v!r}" for k, v in inputs.items()) or "the defaults"
+        raise SnlabError("result", f"{', '.join(bad[:4])} not finite for {given}",
+                         "inputs that give a finite result; please report this case")
+
+
+def check_finite_rows(out: Mapping, valid: np.ndarray, columns: Mapping) -> None:
+    """:func:`check_finite` for every valid row of a sweep, naming the first bad row's
+    inputs (``columns``: the swept inputs, flat)."""
+    bad = np.zeros(valid.shape, dtype=bool)
+    names = []
+    for key, v in out.items():
+        if np.asarray(v).dtype.kind == "f":
+            wrong = valid & ~np.isfinite(np.broadcast_to(v, valid.shape))
+            if wrong.any():
+                bad |= wrong
+                names.append(key)
+    if names:
+        i = int(np.argmax(bad))
+        row = {k: (np.broadcast_to(c, valid.shape)[i].item() if np.ndim(c) else c) for k, c in columns.items()}
+        check_finite({k: np.nan for k in names}, row)
+
+
 def unknown_fields(axes: Mapping, known: Sequence[str], what: str, extra: Callable[[str], bool] = lambda k: False):
     """Raise naming the first axis that is not a known field."""
     for key in axes:

@@ -100,8 +100,22 @@ class Hardware:
     peak_ratio_fp4: float = 1.0
 
     def replace(self, **changes) -> "Hardware":
-        """A copy with fields changed (sweep axes, overrides of one call)."""
+        """A copy with fields changed (sweep axes, overrides of one call). A new
+        per-device ``pool_capacity`` sets the domain's pool to match."""
+        if "pool_capacity" in changes and "pool_domain_capacity" not in changes:
+            domain = changes.get("scale_up_domain_size", self.scale_up_domain_size)
+            changes = {**changes, "pool_domain_capacity": changes["pool_capacity"] * domain}
         return dataclasses.replace(self, **changes)
+
+    def free_pool(self, in_domain):
+        """Pool bytes the ``in_domain`` devices of a job in one scale-up domain can borrow
+        together [bytes]. A supernode's pool is its devices' memory lent to peers (the
+        preset's capacity is what one device sees: its domain's other devices' memory), so
+        each device outside the job lends the pool's capacity over the domain's other
+        devices. It does not depend on the job's own HBM: more HBM never shrinks it."""
+        domain = self.scale_up_domain_size
+        per_peer = self.pool_domain_capacity / np.maximum(domain - 1, 1.0)
+        return np.maximum(domain - in_domain, 0.0) * per_peer
 
     def roofline(self, peak_flops=None, gemm_efficiency=None) -> dict:
         """The inputs of the compute wall's roofline formulas, at ``peak_flops`` (default

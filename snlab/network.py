@@ -38,6 +38,35 @@ def split(n, stride, hw: Hardware):
     return n1, n2
 
 
+def views(n, stride, hw: Hardware):
+    """Every way a group of n members ``stride`` ranks apart may sit on the levels, as
+    (n1, n2) pairs: as the scale-up domain places it (:func:`split`), then as it would
+    sit on domains of one node, two nodes, four ... up to the domain. A collective
+    library may leave part of a domain to the scale-out network: NCCL with
+    NCCL_MNNVL_ENABLE=0 runs a GB200 NVL72 as eighteen trays over InfiniBand, and a
+    two-level ring moves less over the scale-up links (a node's 1/n1 share crosses the
+    NICs in parallel). Pricing a collective at its fastest view means a larger domain
+    never forces a slower one."""
+    yield split(n, stride, hw)
+    domain, node = np.asarray(hw.scale_up_domain_size), np.asarray(hw.devices_per_node)
+    widest = float(np.max(domain / np.maximum(node, 1.0)))
+    k = 0
+    while 2 ** k < widest:
+        size = np.minimum(np.maximum(node, 1.0) * 2 ** k, domain)
+        n1 = np.minimum(n, np.maximum(np.floor(size / stride), 1.0))
+        yield n1, np.ceil(n / n1)
+        k += 1
+
+
+def fastest(price, n, stride, hw: Hardware):
+    """The lowest of ``price(n1, n2)`` over the group's :func:`views`."""
+    best = None
+    for n1, n2 in views(n, stride, hw):
+        t = price(n1, n2)
+        best = t if best is None else np.minimum(best, t)
+    return best
+
+
 def inner_step_latency(n1, hw: Hardware):
     """Mean latency of one ring step inside a scale-up domain [s]: a domain that spans
     several nodes (CloudMatrix384's 48 nodes on one bus) has n1 - k steps inside nodes, at
@@ -67,31 +96,34 @@ def levels(n1, n2, hw: Hardware) -> dict:
 
 
 def all_reduce(S, n, stride, hw: Hardware):
-    """Time of an all-reduce of S bytes over n devices ``stride`` ranks apart [s]."""
-    n1, n2 = split(n, stride, hw)
-    return where(n > 1, cm.hierarchical_all_reduce_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
+    """Time of an all-reduce of S bytes over n devices ``stride`` ranks apart [s], at
+    the fastest of the group's :func:`views`."""
+    t = fastest(lambda n1, n2: cm.hierarchical_all_reduce_time(message_bytes=S, **levels(n1, n2, hw)), n, stride, hw)
+    return where(n > 1, t, 0.0)
 
 
 def reduce_scatter(S, n, stride, hw: Hardware):
     """Time of a reduce-scatter (or all-gather) of an S-byte buffer [s]."""
-    n1, n2 = split(n, stride, hw)
-    return where(n > 1, cm.hierarchical_reduce_scatter_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
+    t = fastest(lambda n1, n2: cm.hierarchical_reduce_scatter_time(message_bytes=S, **levels(n1, n2, hw)),
+                n, stride, hw)
+    return where(n > 1, t, 0.0)
 
 
 def all_to_all(S, n, stride, hw: Hardware):
     """Time of an all-to-all of an S-byte send buffer [s]."""
-    n1, n2 = split(n, stride, hw)
-    return where(n > 1, cm.hierarchical_all_to_all_time(message_bytes=S, **levels(n1, n2, hw)), 0.0)
+    t = fastest(lambda n1, n2: cm.hierarchical_all_to_all_time(message_bytes=S, **levels(n1, n2, hw)), n, stride, hw)
+    return where(n > 1, t, 0.0)
 
 
 def point_to_point(S, inside, hw: Hardware):
-    """One message of S bytes, inside a scale-up domain or across domains [s]."""
+    """One message of S bytes, inside a scale-up domain or across domains [s]; inside
+    a domain it takes the faster of the two paths (a device keeps its NIC)."""
     up = cm.point_to_point_time(message_bytes=S, latency=hw.scale_up_latency, link_bandwidth=hw.scale_up_bandwidth,
                                 link_efficiency=hw.scale_up_efficiency, call_latency=hw.scale_up_call_latency)
     out = cm.point_to_point_time(message_bytes=S, latency=hw.scale_out_latency,
                                  link_bandwidth=hw.scale_out_bandwidth, link_efficiency=hw.scale_out_efficiency,
                                  call_latency=hw.scale_out_call_latency)
-    return where(inside, up, out)
+    return where(inside, np.minimum(up, out), out)
 
 
 def one_shot_all_to_all(S_in, S_out, n1, n2, hw: Hardware, kernel: str | None = None):
@@ -122,7 +154,9 @@ def expert_calls(tokens, experts_per_token, hidden, ep, dispatch_bytes, hw: Hard
     device's sibling dies stay on the package, so the remote share is counted in
     devices (packages), not ranks. The expert group's members sit ``stride`` ranks
     apart; ``domain_cap`` bounds the remote domains a token reaches (group-limited
-    routing: DeepSeek-V3 sends a token to at most 4 nodes).
+    routing: DeepSeek-V3 sends a token to at most 4 nodes). Unlike the collectives, the
+    group sits as the domain places it: the expert kernels measured (DeepEP, Zuo et al.)
+    keep traffic inside a domain on the scale-up links.
     """
     n1, n2 = split(ep, stride, hw)
     sent = tokens * experts_per_token * hidden     # (token, expert) copies per device, in elements

@@ -23,8 +23,12 @@ META = ("source", "where", "convention", "note")
 #: 900 GB/s of NVLink per GPU; its FP4 peak is 10 PFLOP/s)
 UPPER = {"bytes": 1e16, "bytes0": 1e16, "bytes/s": 1e15, "FLOP/s": 1e18, "s": 1.0, "count": 1e9, "count0": 1e9,
          "factor": 64.0}
+#: smallest nonzero value of a physical dimension: a thousand times below anything an
+#: accelerator system has (1 MB of memory, 1 MB/s of bandwidth, 1 GFLOP/s), so that no
+#: product or quotient of them can overflow or vanish
+LOWER = {"bytes": 1e6, "bytes0": 1e6, "bytes/s": 1e6, "FLOP/s": 1e9, "1": 1e-3, "fraction0": 1e-3}
 
-# (field, dimension, required) per section; dimension "1" is a fraction in (0, 1],
+# (field, dimension, required) per section; dimension "1" is a fraction in [0.001, 1],
 # "count" a whole number >= 1, "count0" a whole number >= 0, others physical units.
 DEVICE = {
     "": [("dies", "count", False)],
@@ -76,7 +80,7 @@ _SI = {"bytes": "B", "bytes0": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "
 def describe(dimension: str) -> str:
     """What a field of ``dimension`` accepts, in words."""
     top = UPPER.get(dimension, float("inf"))
-    fixed = {"1": "a fraction in (0, 1]", "fraction0": "a fraction in [0, 1] (0: not measured)",
+    fixed = {"1": "a fraction from 0.001 to 1", "fraction0": "0 (not measured) or a fraction from 0.001 to 1",
              "factor": "a factor from 1 to 64",
              "s": "a time from 0 to 1 s, e.g. '2 us'"}
     if dimension in fixed:
@@ -84,7 +88,10 @@ def describe(dimension: str) -> str:
     if dimension in ("count", "count0"):
         return f"a whole number from {1 if dimension == 'count' else 0} to {top:.0e}"
     if dimension == "bytes0":
-        return f"a capacity from 0 to {top:g} B (0: none)"
+        return f"0 (none) or a capacity from {LOWER['bytes0']:g} to {top:g} B"
+    if dimension in LOWER:
+        return (f"a quantity from {LOWER[dimension]:g} to {top:g} {_SI.get(dimension, dimension)}, "
+                f"in a unit of {dimension}")
     return f"a quantity > 0 and <= {top:g} {_SI.get(dimension, dimension)}, in a unit of {dimension}"
 
 
@@ -96,17 +103,19 @@ def check_range(x, dimension: str, field: str) -> None:
         raise SnlabError(field, f"got {x!r}", "a finite number: " + describe(dimension))
     top = UPPER.get(dimension, math.inf)
     if dimension == "1":
-        ok = 0 < x <= 1
+        ok = LOWER[dimension] <= x <= 1
     elif dimension == "factor":
         ok = 1 <= x <= top
     elif dimension == "fraction0":
-        ok = 0 <= x <= 1
+        ok = x == 0 or LOWER[dimension] <= x <= 1
     elif dimension in ("count", "count0"):
         ok = x == int(x) and (1 if dimension == "count" else 0) <= x <= top
-    elif dimension in ("s", "bytes0"):
+    elif dimension == "s":
         ok = 0 <= x <= top
+    elif dimension == "bytes0":
+        ok = x == 0 or LOWER[dimension] <= x <= top
     else:
-        ok = 0 < x <= top
+        ok = LOWER.get(dimension, 0) <= x <= top and x > 0
     if not ok:
         raise SnlabError(field, f"got {x:g}", describe(dimension))
 
@@ -117,8 +126,8 @@ def check_values(values, dimension: str, field: str) -> None:
     import numpy as np
     x = np.asarray(values, dtype=float)
     top = UPPER.get(dimension, math.inf)
-    low_ok = {"1": x > 0, "fraction0": x >= 0, "s": x >= 0, "bytes0": x >= 0,
-              "count": x >= 1, "count0": x >= 0, "factor": x >= 1}.get(dimension, x > 0)
+    low_ok = {"1": x >= LOWER["1"], "fraction0": (x == 0) | (x >= LOWER["fraction0"]), "s": x >= 0, "bytes0": (x == 0) | (x >= LOWER["bytes0"]),
+              "count": x >= 1, "count0": x >= 0, "factor": x >= 1}.get(dimension, (x > 0) & (x >= LOWER.get(dimension, 0)))
     high = 1.0 if dimension in ("1", "fraction0") else top
     ok = np.isfinite(x) & low_ok & (x <= high)
     if dimension in ("count", "count0"):

@@ -163,7 +163,7 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("decode_steps", r"n_{steps}", "1", "output tokens' worth of decode steps a batch runs", "pos"),
         ("prefill_time", r"\tau_{pf}", "s", "prefill time of one request on its replica", "nonneg"),
         ("throughput", "X", "tokens/s", "output tokens per second", "nonneg"),
-        ("local_bytes", r"Q_{loc}", "bytes", "bytes a step reads from the device's own HBM", "nonneg"),
+        ("local_bytes", r"Q_{loc}", "bytes", "bytes a step's kernels read from the device's own HBM (far bytes staged in included)", "nonneg"),
         ("far_bytes", r"Q_{far}", "bytes", "bytes a step reads from a far memory tier (pool, host, SSD)", "nonneg"),
         ("far_bandwidth", r"B_{far}", "bytes/s", "bandwidth from a far memory tier to one device", "pos"),
         ("far_latency", r"\alpha_{far}", "s", "latency of one read from a far memory tier", "nonneg"),

@@ -135,8 +135,9 @@ def _device_text(**fields) -> str:
 
 
 @pytest.mark.parametrize("value, pattern", [
-    ('"-80 GB"', r"memory\.hbm_capacity: got -8e\+10 \(allowed: a quantity > 0"),
-    ('"0 GB"', r"memory\.hbm_capacity: got 0 \(allowed: a quantity > 0"),
+    ('"-80 GB"', r"memory\.hbm_capacity: got -8e\+10 \(allowed: a quantity from 1e\+06 to 1e\+16 B"),
+    ('"0 GB"', r"memory\.hbm_capacity: got 0 \(allowed: a quantity from 1e\+06"),
+    ('"1 kB"', r"memory\.hbm_capacity: got 1000 \(allowed: a quantity from 1e\+06"),
     ("{ value = nan, unit = \"GB\", source = \"x\" }", r"memory\.hbm_capacity: got nan \(allowed: a finite number"),
     ('"80 GB/s"', r"memory\.hbm_capacity: unit 'GB/s' is not a unit of bytes \(allowed: B, kB"),
     ("80", r"memory\.hbm_capacity: 80 has no unit"),
@@ -149,13 +150,13 @@ def test_bad_numbers_name_field_and_range(tmp_path, value, pattern):
 
 def test_efficiency_out_of_range(tmp_path):
     path = _write(tmp_path, _device_text(gemm_efficiency="1.5"))
-    with pytest.raises(SnlabError, match=r"calibration\.gemm_efficiency: got 1\.5 \(allowed: a fraction in \(0, 1\]\)"):
+    with pytest.raises(SnlabError, match=r"calibration\.gemm_efficiency: got 1\.5 \(allowed: a fraction from 0\.001 to 1\)"):
         snlab.device(path)
 
 
 def test_missing_field(tmp_path):
     text = "\n".join(l for l in _device_text().splitlines() if not l.startswith("hbm_bandwidth"))
-    with pytest.raises(SnlabError, match=r"memory\.hbm_bandwidth: missing \(allowed: a quantity > 0"):
+    with pytest.raises(SnlabError, match=r"memory\.hbm_bandwidth: missing \(allowed: a quantity from 1e\+06"):
         snlab.device(_write(tmp_path, text))
 
 

@@ -82,3 +82,35 @@ def test_speculative_tokens_between_one_and_k_plus_one_and_rising_with_acceptanc
     lo = sv.speculative_tokens_per_step(draft_tokens=k, acceptance_rate=a)
     hi = sv.speculative_tokens_per_step(draft_tokens=k, acceptance_rate=min(a + da, 0.999))
     assert 1 - 1e-12 <= lo <= k + 1 + 1e-12 and hi >= lo - 1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=CASES, po=st.sampled_from([(4096, 256), (131_072, 1000), (1_000_000, 1000)]),
+       per=st.integers(1, 64), factor=st.floats(1.0, 4.0))
+def test_more_hbm_never_slows_serving_nor_stops_it_fitting(case, po, per, factor):
+    """The KV cache spilling less (more HBM) never makes decode or prefill slower: far
+    bytes are staged into HBM and read from there like the rest."""
+    from snlab import system as load_system
+    from snlab.hardware import hardware
+    base = hardware(load_system(case[1])).hbm_capacity
+    dp = case[2].get("dp", 1)
+    df = _sweep(case, po, (0, 0.7), batch=per * dp, hbm_capacity=[base, base * factor])
+    small, large = df.iloc[0], df.iloc[1]
+    assert large.fits or not small.fits
+    if small.fits:
+        for col in ("tpot_s", "ttft_s"):
+            assert large[col] <= small[col] * (1 + 1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=CASES, po=lengths, per=st.integers(1, 64), factor=st.sampled_from([2, 4, 8, 48]))
+def test_a_larger_scale_up_domain_never_slows_serving(case, po, per, factor):
+    from snlab import system as load_system
+    from snlab.hardware import hardware
+    base = hardware(load_system(case[1])).scale_up_domain_size
+    dp = case[2].get("dp", 1)
+    df = _sweep(case, po, (0, 0.7), batch=per * dp, scale_up_domain_size=[base, base * factor])
+    small, large = df.iloc[0], df.iloc[1]
+    assert large.fits or not small.fits
+    for col in ("tpot_s", "ttft_s"):
+        assert large[col] <= small[col] * (1 + 1e-12)

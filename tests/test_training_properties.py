@@ -385,3 +385,54 @@ def test_zero3_pays_a_latency_per_layer_call():
     layers = snlab.model("llama3.2-1b").layers
     one_call = float(network.reduce_scatter(1.0, 512, 1.0, hw))       # latency of one call on the group
     assert r.time_s["zero"] >= 3 * layers * one_call * (1 - 1e-9)
+
+
+# --- more capacity, a larger domain: never worse ---------------------------------------
+
+def _capacity(system, field):
+    from snlab.hardware import hardware
+    return float(getattr(hardware(_system(system)), field))
+
+
+@settings(**SETTINGS)
+@given(case=plans(), factor=st.floats(1.0, 8.0),
+       field=st.sampled_from(["hbm_capacity", "host_capacity", "pool_capacity"]))
+def test_more_memory_never_stops_a_plan_fitting_nor_slows_it(case, factor, field):
+    """More HBM, host memory or pool never makes a plan stop fitting or run slower (the
+    pool is what the devices outside the job lend: the job's own HBM does not shrink it)."""
+    model, system, plan = case
+    x = _capacity(system, field)
+    assume(x > 0)
+    small = snlab.train(model, system, **plan, **{field: x})
+    large = snlab.train(model, system, **plan, **{field: min(x * factor, 1e16)})
+    assert large.fits or not small.fits
+    assert _le(large.step_time_s, small.step_time_s)
+
+
+@settings(**SETTINGS)
+@given(case=plans(), factor=st.sampled_from([2, 3, 4, 8, 16, 48]))
+def test_a_larger_scale_up_domain_never_slows_a_step(case, factor):
+    """A larger domain never forces a slower collective: a group may still sit on domains
+    of the old size (snlab.network.views) and a point-to-point message may still take
+    the NIC. Expert all-to-alls are the exception (next test)."""
+    model, system, plan = case
+    assume(not _model(model).moe)
+    d = _capacity(system, "scale_up_domain_size")
+    small = snlab.train(model, system, **plan, scale_up_domain_size=d)
+    large = snlab.train(model, system, **plan, scale_up_domain_size=d * factor)
+    assert _le(large.step_time_s, small.step_time_s)
+    assert large.fits or not small.fits
+
+
+def test_a_larger_domain_can_cost_an_expert_all_to_all_a_little():
+    """The measured expert kernels (DeepEP's, CloudMatrix384's) keep a domain's traffic on
+    its scale-up links; an expert group split over two domains moves part of its tokens
+    over the NICs at the same time. So a domain that grows to hold the whole group can
+    make the all-to-all slower, by a bounded amount; the collectives never are."""
+    plan = dict(tp=8, pp=4, dp=8, ep=8, global_batch=256, overlap="none")
+    df = snlab.sweep("qwen3-30b-a3b", "cloudmatrix384", scale_up_domain_size=[32, 64], **plan)
+    split, whole = df.iloc[0], df.iloc[1]
+    assert whole.time_ep_s > split.time_ep_s                       # the exception exists ...
+    assert whole.step_time_s < 1.1 * split.step_time_s              # ... and stays small
+    for col in ("time_tp_s", "time_dp_s", "time_pp_s"):
+        assert whole[col] <= split[col] * (1 + REL)

@@ -25,6 +25,15 @@ from .step import KV_LOCATIONS, serve_columns
 
 #: system fields a serving sweep may vary (SI units)
 SYSTEM_FIELDS = FIELDS
+#: deployment fields that count something, and the largest count they may hold (degrees,
+#: sequences, tokens): far beyond any deployment, small enough that no product overflows
+COUNTS = ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context", "draft_tokens", "microbatches",
+          "prefill_batch")
+MAX_COUNT = 1e15
+#: the largest parallel degree (as in training: a thousand times the largest clusters of 2026)
+MAX_DEGREE = 1e8
+#: the most draft tokens a step may propose (speculative decoding and MTP use 1 to 8)
+MAX_DRAFT_TOKENS = 64
 _DTYPES = list(DTYPE_BYTES)
 
 
@@ -49,6 +58,13 @@ def _axes(axes: dict) -> tuple[dict, dict]:
         elif name == "output_dist":
             columns[name] = grid.coded(name, values, {d: i for i, d in enumerate(dp_.OUTPUT_DISTS)},
                                        dp_.ALLOWED[name])
+    for name in COUNTS:
+        top = {"draft_tokens": MAX_DRAFT_TOKENS, **dict.fromkeys(("tp", "pp", "dp", "ep"), MAX_DEGREE)}.get(
+            name, MAX_COUNT)
+        big = np.abs(columns[name]) > top          # NaN (no context given) compares False
+        if big.any():
+            low = 0 if name == "draft_tokens" else 1
+            raise SnlabError(name, f"got {columns[name][big][0]:g}", f"a whole number from {low} to {top:,.0f}")
     hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]), "a " + field_dimension(name) + " value",
                                   field_dimension(name))
                for name in SYSTEM_FIELDS if name in axes}
@@ -71,9 +87,6 @@ def _grid(model: Model, system: System, axes: dict):
         g = {n: a for n, a in arrays.items() if not n.startswith("hw:")}
     if hw_axes:
         changes = {n[3:]: a for n, a in arrays.items() if n.startswith("hw:")}
-        if "pool_capacity" in changes and "pool_domain_capacity" not in changes:   # per device -> per domain
-            changes["pool_domain_capacity"] = changes["pool_capacity"] * changes.get(
-                "scale_up_domain_size", hw.scale_up_domain_size)
         hw = hw.replace(**changes)
     given = ~np.isnan(g["context"])
     wd, kd = g["weight_dtype"].astype(int), g["kv_dtype"].astype(int)
@@ -99,9 +112,13 @@ def evaluate(model: Model, system: System, axes: dict):
     shape = grid.grid_shape(broken, cols, hw_cols)
     broken = np.broadcast_to(broken, shape).ravel()
     ok = broken < 0
-    out = {k: (v & ok if v.dtype == bool else np.where(ok, v, np.nan))
-           for k, v in grid.flatten({k: np.asarray(v) for k, v in out.items()}, shape).items()}
-    return grid.flatten(cols, shape), grid.flatten(hw_cols, shape), broken, out
+    flat = grid.flatten({k: np.asarray(v) for k, v in out.items()}, shape)
+    cols, hw_cols = grid.flatten(cols, shape), grid.flatten(hw_cols, shape)
+    grid.check_finite_rows(flat, ok, {**cols, **hw_cols})
+    # rows that break a rule keep their deployment; their outputs are NaN (False for flags)
+    if not ok.all():
+        flat = {k: (v & ok if v.dtype == bool else np.where(ok, v, np.nan)) for k, v in flat.items()}
+    return cols, hw_cols, broken, flat
 
 
 def reason_codes(broken: np.ndarray, out: dict) -> np.ndarray:
@@ -146,7 +163,8 @@ def serve(model: PresetLike, system: PresetLike, **deployment) -> ServeResult:
         raise SnlabError(field, _detail(field, m, s, cols), message)
     with np.errstate(all="ignore"):
         out = serve_columns(m, dep, hw)
-    row = {k: float(np.ravel(v)[0]) for k, v in out.items()}
+    row = {k: (v.item() if isinstance(v, np.ndarray) else float(v)) for k, v in out.items()}
+    grid.check_finite(row, deployment)
     return ServeResult.from_row(m, s, {k: float(v[0]) for k, v in cols.items()}, row)
 
 

@@ -170,7 +170,7 @@ def placement(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights) -> Pl
     kv_dev = dep.batch / d * dep.capacity_context * kv_tok / (p * shard)
     offload = dep.kv_offload > 0
     in_domain = np.minimum(dep.devices, hw.scale_up_domain_size)
-    pool_free = np.maximum(hw.pool_domain_capacity - (in_domain - 1) * hw.hbm_capacity, 0.0)
+    pool_free = hw.free_pool(in_domain)
     caps = {
         "hbm": np.maximum(dep.hbm_utilization * hw.hbm_capacity - w.per_device, 0.0),
         "pool": where(offload & (hw.pool_bandwidth > 0), pool_free * dep.pool_share / in_domain, 0.0),
@@ -264,7 +264,7 @@ def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, to
         attn_eff = where(own > 0, own, hw.gemm_efficiency)
     t_attn_c = cw.roofline_time(flops=attn_flops, bytes_moved=0.0, **hw.roofline(gemm_efficiency=attn_eff))
     far = far_read_time(kv_bytes, share, hw, layers)
-    t_kv = sv.tiered_read_time(local_bytes=kv_bytes * share["hbm"], far_time=far,
+    t_kv = sv.tiered_read_time(local_bytes=kv_bytes, far_time=far,
                                memory_bandwidth=hw.hbm_bandwidth, memory_efficiency=hw.memory_efficiency)
     tp_comm = 2 * layers * net.all_reduce(tok * h * ACTIVATION_BYTES, t, 1.0, hw)
     if k.experts:

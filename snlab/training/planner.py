@@ -14,6 +14,7 @@ import numpy as np
 from .. import grid, uncertainty
 from ..errors import SnlabError
 from ..hardware import field_dimension, hardware
+from ..schema import PRECISIONS
 from ..presets import PresetLike
 from ..presets import model as load_model
 from ..presets import system as load_system
@@ -44,9 +45,30 @@ REASONS = ("ok",) + tuple(r.message for r in pl.RULES) + ("does not fit in devic
                                                            "offloaded state exceeds host or pool memory")
 
 
+#: the largest parallel degree, micro-batch or interleaving a plan may name (a thousand
+#: times the largest clusters of 2026), and the largest global batch [sequences]
+MAX_DEGREE, MAX_GLOBAL_BATCH = 1e8, 1e12
+DEGREES = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave")
+
+
 def _check_ranges(merged: dict) -> None:
     """Values outside a field's range are errors in train and sweep alike (the plan
-    rules, which depend on the model and the other fields, are flagged per row)."""
+    rules, which depend on the model and the other fields, are flagged per row:
+    a degree of 0 or 1.5 breaks a rule; one of 10^20 is not a plan)."""
+    for name, top in [(d, MAX_DEGREE) for d in DEGREES] + [("global_batch", MAX_GLOBAL_BATCH)]:
+        values = grid.axis_values(name, merged[name])
+        if isinstance(values, np.ndarray):
+            if np.any(np.abs(values) > top):
+                raise SnlabError(name, f"got {values[np.abs(values) > top][0]:g}",
+                                 f"a whole number from 1 to {top:,.0f}")
+            continue
+        for v in values:
+            if v is None:
+                continue
+            if not grid.is_number(v) or not math.isfinite(v):
+                raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
+            if abs(v) > top:
+                raise SnlabError(name, f"got {v:g}", f"a whole number from 1 to {top:,.0f}")
     for name, ok in (("zero", lambda v: v in (0, 1, 2, 3)),
                      ("seq_len", lambda v: v is None or (float(v).is_integer() and 1 <= v <= 1e9)),
                      ("optimizer_bytes", lambda v: 0 <= v <= 64),
@@ -96,6 +118,7 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     labels). The columns are the planner's input names, ``overlap`` the index of the
     overlap choice and ``overlap_<class>`` its levels."""
     grid.unknown_fields(axes, PLAN_FIELDS + SYSTEM_FIELDS + OVERLAP_FIELDS, "plan or system")
+    _check_precision(precision)
     merged = {**pl.DEFAULTS, **axes}
     _check_ranges(merged)
     if merged["global_batch"] is None:
@@ -132,6 +155,18 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     return g, hw, labels
 
 
+def _check_precision(precision) -> None:
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise SnlabError("precision", f"got {precision!r}",
+                         ", ".join(PRECISIONS) + " (several only in snlab.sweep)")
+
+
+def _check_devices(devices) -> None:
+    if devices is not None and (not grid.is_number(devices) or devices != int(devices)
+                                or not 1 <= devices <= MAX_DEVICES):
+        raise SnlabError("devices", f"got {devices!r}", f"a whole number from 1 to {MAX_DEVICES:,}")
+
+
 def plan_of(g: dict) -> pl.Plan:
     """A :class:`~snlab.training.plan.Plan` from named plan columns."""
     return pl.Plan(tp=g["tp"], pp=g["pp"], dp=g["dp"], ep=g["ep"], cp=g["cp"], micro_batch=g["micro_batch"],
@@ -147,6 +182,7 @@ def plan_of(g: dict) -> pl.Plan:
 def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", devices=None):
     """Plan columns, swept hardware, labels, rule violations and output columns for
     ``axes``, each laid out flat, one row per configuration."""
+    _check_devices(devices)
     g, hw, labels = _grid(model, system, axes, precision)
     plan = plan_of(g)
     broken = pl.violations(model, plan, devices)
@@ -156,10 +192,13 @@ def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", 
     shape = grid.grid_shape(broken, g, hw_cols)
     broken = np.broadcast_to(broken, shape).ravel()
     ok = broken < 0
+    flat = grid.flatten({k: np.asarray(v) for k, v in out.items()}, shape)
+    g, hw_cols = grid.flatten(g, shape), grid.flatten(hw_cols, shape)
+    grid.check_finite_rows(flat, ok, {**g, **hw_cols})
     # rows that break a rule keep their plan; their outputs are NaN (False for flags)
-    out = {k: (v & ok if v.dtype == bool else np.where(ok, v, np.nan))
-           for k, v in grid.flatten({k: np.asarray(v) for k, v in out.items()}, shape).items()}
-    return grid.flatten(g, shape), grid.flatten(hw_cols, shape), labels, broken, out
+    if not ok.all():
+        flat = {k: (v & ok if v.dtype == bool else np.where(ok, v, np.nan)) for k, v in flat.items()}
+    return g, hw_cols, labels, broken, flat
 
 
 def _resolve(model: PresetLike, system: PresetLike) -> tuple[Model, System]:
@@ -186,6 +225,7 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
     for name, value in plan.items():
         if isinstance(value, (list, tuple, np.ndarray, range)):
             raise SnlabError(name, "got a list", "one value; use snlab.sweep for grids")
+    _check_devices(devices)
     g, hw, labels = _grid(m, s, plan, precision)
     plan_grid = plan_of(g)
     broken = int(np.ravel(pl.violations(m, plan_grid, devices))[0])
@@ -194,6 +234,7 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
     with np.errstate(all="ignore"):
         out = step_columns(model_sizes(m), plan_grid, hw)
     row = {k: (v.item() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
+    grid.check_finite(row, plan)
     return TrainResult.from_row(m, s, precision, {k: (v.item() if isinstance(v, np.ndarray) else v)
                                                   for k, v in g.items()}, labels, row)
 
@@ -308,20 +349,23 @@ def search_space(model: Model, devices: int, global_batch: int, **fixed):
     pps = fixed.pop("pp", [x for x in divisors(model.layers) if devices % x == 0])
     cps = fixed.pop("cp", [x for x in (1, 2, 4, 8) if model.seq_len % x == 0])
     experts = model.moe.experts if model.moe else 1
+    def degree(name, x) -> int:
+        if not grid.is_number(x) or not math.isfinite(x) or x < 1 or x != int(x) or x > MAX_DEGREE:
+            raise SnlabError(name, f"got {x!r}", pl.ALLOWED[name])
+        return int(x)
+
+    fixed_ep = [degree("ep", e) for e in grid.axis_values("ep", fixed["ep"])] if "ep" in fixed else None
     rows = []
     for t, p, c in itertools.product(grid.axis_values("tp", tps), grid.axis_values("pp", pps),
                                      grid.axis_values("cp", cps)):
-        for name, x in (("tp", t), ("pp", p), ("cp", c)):
-            if not grid.is_number(x) or x < 1 or x != int(x):
-                raise SnlabError(name, f"got {x!r}", pl.ALLOWED[name])
-        t, p, c = int(t), int(p), int(c)
+        t, p, c = degree("tp", t), degree("pp", p), degree("cp", c)
         if devices % (t * p * c):
             continue
         d = devices // (t * p * c)
         if global_batch % d:
             continue
         eps = [x for x in divisors(d * c) if experts % x == 0] if model.moe else [1]
-        for e in grid.axis_values("ep", fixed.get("ep", eps)):
+        for e in fixed_ep if fixed_ep is not None else eps:
             rows.append((t, p, d, c, e))
     if not rows:
         raise SnlabError("devices", f"no tp x pp x dp x cp = {devices} fits the model", "another device count")
@@ -369,6 +413,7 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     g = {k: v[keep] for k, v in g.items()}
     with np.errstate(all="ignore"):
         out = step_columns(model_sizes(m), plan_of(g), hw)
+    grid.check_finite_rows(out, np.ones(g["tp"].shape, dtype=bool), g)
     frame = _frame(m, s, precision, g, labels, broken[keep], out)
     frame = frame[frame["fits"]].drop_duplicates(
         subset=["tp", "pp", "dp", "ep", "cp", "micro_batch", "zero", "recompute", "sequence_parallel", "interleave"])

@@ -398,8 +398,9 @@ def hardware_roofline_host(hw: Hardware) -> dict:
 
 
 def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Parameters) -> Offload:
-    """A supernode's pool is its peers' memory: what the job's own devices in the domain
-    do not hold themselves is free for offload; anything else goes to host memory.
+    """A supernode's pool is its peers' memory: what the devices outside the job lend
+    (:meth:`~snlab.hardware.Hardware.free_pool`) is free for offload; anything else goes
+    to host memory.
     Optimizer state on the host is updated by the CPU, so the gradients go out and the
     weights come back once per step (ZeRO-Offload), and the step itself streams the
     states through host DRAM; in the pool the device updates it in place, reading and
@@ -411,7 +412,7 @@ def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Paramete
     a_far = where(off_act, np.maximum(mem.activations - 2 * mem.per_layer, 0.0), 0.0)
     domain = hw.scale_up_domain_size
     in_domain = np.minimum(lay.devices, domain)
-    pool_free = np.maximum(hw.pool_capacity * domain - (in_domain - 1) * hw.hbm_capacity, 0.0) / in_domain
+    pool_free = hw.free_pool(in_domain) / in_domain
     in_pool = (hw.pool_bandwidth > 0) & (o_far + a_far <= pool_free)
     bandwidth = where(in_pool, hw.pool_bandwidth, hw.host_bandwidth)
     opt_params = sum(P / where(plan.zero_stage >= 1, n, 1.0) for P, n, _ in params.groups)

@@ -133,9 +133,10 @@ tiered_read_time = Formula(
     "tiered_read_time", "time",
     sp.Max(Qloc / (etam * Bm), tfar),
     "FlexGen (Sheng et al. 2023) Sec. 4.2: loads from slower tiers overlap the device's work",
-    "Time to read a step's bytes when part live in HBM and part in far tiers: the two "
-    "streams run concurrently (layer-by-layer prefetch), so the slower one sets the pace. "
-    "Spilling costs nothing until the far stream outlasts the HBM stream.",
+    "Time to read a step's bytes when part live in far tiers: the kernels read every byte "
+    "from HBM, the far part staged in by a copy that runs concurrently (layer-by-layer "
+    "prefetch), so the slower of the two streams sets the pace. Spilling costs nothing "
+    "until the far stream outlasts the HBM stream, and never saves anything.",
 )
 
 # --- KV capacity ---------------------------------------------------------------------
