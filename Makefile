@@ -113,7 +113,7 @@ export PIP_PROGRESS_BAR := off
 endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help setup test lab lock clean browser-deps figures notebooks site
+.PHONY: help setup test lab lock clean browser-deps figures notebooks site mutate
 
 help:
 	@echo "make lab      set up .venv and open JupyterLab on $(NOTEBOOK)"
@@ -123,6 +123,7 @@ help:
 	@echo "make figures  re-export the README's images into notebooks/figures/ (offline)"
 	@echo "make notebooks  re-run the notebooks; keep only the outputs nbval checks"
 	@echo "make site     the executed lessons as static HTML in $(SITE)/ (charts included, offline)"
+	@echo "make mutate   the mutation check: every term of the step models pinned by a fast test"
 	@echo "make browser-deps  apt-get install Debian's chromium for the browser tests"
 	@echo "make clean    remove .venv and caches"
 
@@ -246,6 +247,11 @@ notebooks: setup
 # in each page, no CDN) and an index, for participants to read without a kernel.
 site: setup
 	$(VPY) notebooks/build_site.py --out $(SITE)
+
+# Changes every arithmetic term of the step models one at a time and checks that a fast
+# unit test notices (tests/mutate.py; make test runs it too, via tests/test_mutation.py).
+mutate: setup
+	$(VPY) tests/mutate.py
 
 # --- cleaning --------------------------------------------------------------------------
 

@@ -68,15 +68,15 @@ def fastest(price, n, stride, hw: Hardware):
 
 
 def inner_step_latency(n1, hw: Hardware):
-    """Mean latency of one ring step inside a scale-up domain [s]: a domain that spans
-    several nodes (CloudMatrix384's 48 nodes on one bus) has n1 - k steps inside nodes, at
-    ``scale_up_node_latency``, and k between them, for a group of n1 over k nodes."""
+    """Mean latency of one ring step inside a scale-up domain [s]: a ring of n1 devices
+    has n1 hops; in a domain that spans several nodes (CloudMatrix384's 48 nodes on one
+    bus) the k hops between the group's k nodes pay ``scale_up_latency`` and the others
+    ``scale_up_node_latency``. A group of one (a point-to-point message) pays the first."""
     per_node = np.maximum(np.minimum(n1, hw.devices_per_node), 1.0)
     k = np.ceil(n1 / per_node)
-    steps = np.maximum(n1 - 1, 1.0)
     crossing = where(k > 1, k, 0.0)
-    return where(n1 > 1, ((steps - crossing) * hw.scale_up_node_latency + crossing * hw.scale_up_latency) / steps,
-                    hw.scale_up_latency)
+    return where(n1 > 1, ((n1 - crossing) * hw.scale_up_node_latency + crossing * hw.scale_up_latency) / n1,
+                 hw.scale_up_latency)
 
 
 def levels(n1, n2, hw: Hardware) -> dict:

@@ -255,7 +255,7 @@ def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, to
     t_dense = cw.roofline_time(flops=dense_flops, bytes_moved=dense_read + act_bytes, **gemm)
     head_flops, head_bytes = 2 * logits * V * h / t, w.rank_dies * V * h / t * qw
     t_head = cw.roofline_time(flops=head_flops, bytes_moved=head_bytes, **gemm)
-    exp_read, exp_flops, t_exp = _experts(k, dep, hw, tok, gemm)
+    exp_read, exp_flops, t_exp = routed_experts(k, dep, hw, tok, gemm)
     per_key = ss.prefill_attention_per_key if prefill else ss.decode_attention_per_key
     attn_flops = tok * ctx * per_key / (p * t)
     attn_eff = None
@@ -281,7 +281,7 @@ def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, to
                 weights_read=dense_read + exp_read)
 
 
-def _experts(k: ModelSizes, dep: Deployment, hw: Hardware, tok, gemm: dict):
+def routed_experts(k: ModelSizes, dep: Deployment, hw: Hardware, tok, gemm: dict):
     """Routed experts of one pass: bytes read (only the slots some token reached),
     FLOPs, and their roofline time."""
     if not k.experts:

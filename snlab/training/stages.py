@@ -80,18 +80,19 @@ def _split(layers, pp, first, last, tail) -> Split:
     explicit = f_set | l_set
     # units the last stage carries besides layers when the split is automatic, never more
     # than a stage's share of the layers (a last stage of no transformer layer at most)
-    head = np.int64(0)
     tail = np.minimum(tail, layers // np.maximum(pp - 1, 1))
     tail = where(explicit, 0, tail).astype(np.int64)
     middle_stages = np.maximum(pp - 2, 0)
     auto = np.maximum(pp - f_set - l_set, 1)                   # stages whose count is automatic
-    units = layers + head + tail - where(f_set, first, 0) - where(l_set, last, 0)
+    units = layers + tail - where(f_set, first, 0) - where(l_set, last, 0)
     q, r = units // auto, units % auto
+    # the r extra units go to the middle stages, then the first; fewer than the automatic
+    # stages, they never reach the last
     middle = where(middle_stages > 0, q + (r > 0), 0)
     first_units = where(f_set, first, q + (r > middle_stages))
-    last_units = where(l_set, last, q + (r > middle_stages + ~f_set))
+    last_units = where(l_set, last, q)
     fewest_middle = where(middle_stages > 0, q + (r >= middle_stages), layers)
-    return Split(first=where(one, layers, first_units - where(f_set, 0, head)),
+    return Split(first=where(one, layers, first_units),
                  middle=where(one, 0, middle),
                  last=where(one, layers, last_units - where(l_set, 0, tail)),
                  fewest_units=where(one, layers + 1, np.minimum(np.minimum(first_units, last_units),
@@ -106,11 +107,9 @@ def broken(layers, pp, interleave, first=0, last=0, tail=0):
     s = split(layers, pp, first, last, tail)
     ends = (first > 0) | (last > 0)
     both = (first > 0) & (last > 0)
-    fixed = where(first > 0, first, 0) + where(last > 0, last, 0)
-    return ((s.fewest_units < interleave) | (s.first < 0) | (s.last < 0)
-            | ((pp > 2) & (s.fewest_middle < interleave))
-            | (ends & (pp < 2)) | (first < 0) | (last < 0)
-            | (both & (pp == 2) & (fixed != layers)) | (fixed > layers))
+    # fixing more layers than there are leaves a stage fewer than none: fewest_units < 0
+    return ((s.fewest_units < interleave) | (s.last < 0) | (ends & (pp < 2)) | (first < 0) | (last < 0)
+            | (both & (pp == 2) & (first + last != layers)))
 
 
 def stage_layers(layers: int, pp: int, first: int = 0, last: int = 0, tail: int = 0) -> list[int]:
