@@ -190,17 +190,46 @@ def check_finite(row: Mapping, inputs: Mapping) -> None:
                          "inputs that give a finite result; please report this case")
 
 
-def check_finite_rows(out: Mapping, valid: np.ndarray, columns: Mapping) -> None:
+def outputs(out: Mapping, shape: tuple, valid: np.ndarray, columns: Mapping) -> dict:
+    """The output columns of a sweep laid out flat (:func:`flatten`), each checked finite
+    on the rows that break no rule (:func:`check_finite`, naming the first bad row's
+    inputs, ``columns``: the swept inputs, flat); rows that break a rule get NaN (False
+    for flags). One copy per column: broadcast, checked and masked in place."""
+    if valid.all():
+        flat = flatten({k: np.asarray(v) for k, v in out.items()}, shape)
+        check_finite_rows(flat, valid, columns)
+        return flat
+    flat, invalid = {}, ~valid
+    for key, v in out.items():
+        v = np.asarray(v)
+        column = np.empty(shape, dtype=v.dtype)
+        np.copyto(column, v)
+        column = column.reshape(-1)
+        if column.dtype == bool:
+            column &= valid
+        flat[key] = column
+    check_finite_rows(flat, valid, columns)
+    for column in flat.values():
+        if column.dtype.kind == "f":
+            np.copyto(column, np.nan, where=invalid)
+    return flat
+
+
+def check_finite_rows(flat: Mapping, valid: np.ndarray, columns: Mapping) -> None:
     """:func:`check_finite` for every valid row of a sweep, naming the first bad row's
     inputs (``columns``: the swept inputs, flat)."""
-    bad = np.zeros(valid.shape, dtype=bool)
-    names = []
-    for key, v in out.items():
-        if np.asarray(v).dtype.kind == "f":
-            wrong = valid & ~np.isfinite(np.broadcast_to(v, valid.shape))
-            if wrong.any():
-                bad |= wrong
-                names.append(key)
+    names, bad = [], None
+    for key, v in flat.items():
+        v = np.asarray(v)
+        if v.dtype.kind != "f":
+            continue
+        finite = np.isfinite(v)
+        if finite.all():
+            continue
+        wrong = valid & ~np.broadcast_to(finite, valid.shape)
+        if wrong.any():
+            bad = wrong if bad is None else bad | wrong
+            names.append(key)
     if names:
         i = int(np.argmax(bad))
         row = {k: (np.broadcast_to(c, valid.shape)[i].item() if np.ndim(c) else c) for k, c in columns.items()}

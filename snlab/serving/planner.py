@@ -112,12 +112,9 @@ def evaluate(model: Model, system: System, axes: dict):
     shape = grid.grid_shape(broken, cols, hw_cols)
     broken = np.broadcast_to(broken, shape).ravel()
     ok = broken < 0
-    flat = grid.flatten({k: np.asarray(v) for k, v in out.items()}, shape)
     cols, hw_cols = grid.flatten(cols, shape), grid.flatten(hw_cols, shape)
-    grid.check_finite_rows(flat, ok, {**cols, **hw_cols})
-    # rows that break a rule keep their deployment; their outputs are NaN (False for flags)
-    if not ok.all():
-        flat = {k: (v & ok if v.dtype == bool else np.where(ok, v, np.nan)) for k, v in flat.items()}
+    # rows that break a rule keep their plan; their outputs are NaN (False for flags)
+    flat = grid.outputs(out, shape, ok, {**cols, **hw_cols})
     return cols, hw_cols, broken, flat
 
 

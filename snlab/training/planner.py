@@ -192,12 +192,9 @@ def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", 
     shape = grid.grid_shape(broken, g, hw_cols)
     broken = np.broadcast_to(broken, shape).ravel()
     ok = broken < 0
-    flat = grid.flatten({k: np.asarray(v) for k, v in out.items()}, shape)
     g, hw_cols = grid.flatten(g, shape), grid.flatten(hw_cols, shape)
-    grid.check_finite_rows(flat, ok, {**g, **hw_cols})
     # rows that break a rule keep their plan; their outputs are NaN (False for flags)
-    if not ok.all():
-        flat = {k: (v & ok if v.dtype == bool else np.where(ok, v, np.nan)) for k, v in flat.items()}
+    flat = grid.outputs(out, shape, ok, {**g, **hw_cols})
     return g, hw_cols, labels, broken, flat
 
 
