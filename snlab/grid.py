@@ -236,6 +236,12 @@ def check_finite_rows(flat: Mapping, valid: np.ndarray, columns: Mapping) -> Non
         check_finite({k: np.nan for k in names}, row)
 
 
+def first_row(columns: Mapping) -> dict:
+    """The first row of flat columns as Python numbers (whole numbers as int), for
+    messages that quote a configuration."""
+    return {k: (int(v[0]) if float(v[0]).is_integer() else float(v[0])) for k, v in columns.items()}
+
+
 def unknown_fields(axes: Mapping, known: Sequence[str], what: str, extra: Callable[[str], bool] = lambda k: False):
     """Raise naming the first axis that is not a known field."""
     for key in axes:

@@ -58,6 +58,12 @@ def deployment(**kw) -> dp_.Deployment:
     return dp_.Deployment(**{k: float(v) for k, v in base.items()})
 
 
+def placed(dep: dp_.Deployment):
+    """The weights of ``dep`` on HW and where its KV cache goes."""
+    w = S.weights(SS.base, dep, HW)
+    return w, S.placement(SS, dep, HW, w)
+
+
 def roofline(flops, bytes_, rate=FLOP_RATE):
     return max(flops / rate, bytes_ / BYTE_RATE)
 
@@ -86,8 +92,7 @@ def test_weights_per_device():
 
 def test_the_kv_cache_fills_hbm_then_the_pool_then_the_host():
     dep = deployment(tp=2, batch=24, capacity_context=150_000)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     kv = 24 * 150_000 * KV_TOKEN / 2
     assert place.kv_per_device == approx(kv) and place.shard == 2
     hbm = 0.9 * 40e9 - w.per_device
@@ -162,8 +167,7 @@ def test_the_stage_with_two_micro_batches_hides_the_expert_traffic():
 
 def test_decode_step_tpot_and_rate():
     dep = deployment(tp=2, batch=16, context=10_000, draft_tokens=2, acceptance=0.5)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     dec = S.decode(SS, dep, HW, w, place)
     tau = (1 - 0.5 ** 3) / (1 - 0.5)                             # Leviathan et al. Eq. 1
     assert dec.tokens_per_step == approx(tau)
@@ -178,8 +182,7 @@ def test_decode_step_tpot_and_rate():
 
 def test_decode_through_a_pipeline_pays_its_hops():
     dep = deployment(tp=2, pp=2, batch=16)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     dec = S.decode(SS, dep, HW, w, place)
     hop = 10e-6 + 1e-6 + 8 * H * 2 / 2 / UP                      # 8 sequences a micro-batch, inside the domain
     assert dec.hop == approx(hop)
@@ -188,8 +191,7 @@ def test_decode_through_a_pipeline_pays_its_hops():
 
 def test_prefill():
     dep = deployment(tp=2, pp=2, prefill_batch=2, prompt_len=8192)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     pre = S.prefill(SS, dep, HW, w, place)
     tok = 2 * 8192
     st = S.stage(SS, dep, HW, w, tok, 8192 / 2, tok * KV_TOKEN / 4, place.share, 2.0, prefill=True)
@@ -200,8 +202,7 @@ def test_prefill():
 
 def test_continuous_and_static_batching():
     dep = deployment(tp=2, batch=8, output_len=500, output_dist=1)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     dec, pre = S.decode(SS, dep, HW, w, place), S.prefill(SS, dep, HW, w, place)
     cont, static = S.batching(dep, dec, pre)
     # Orca/vLLM: every slot refilled at once; static: the batch waits for its longest answer
@@ -212,8 +213,7 @@ def test_continuous_and_static_batching():
 
 def test_limits():
     dep = deployment(tp=2, dp=2, batch=8, capacity_context=100_000)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     fit = S.limits(SS, dep, place)
     hbm = (0.9 * 40e9 - w.per_device) * 2                          # a replica's two devices
     assert fit["max_batch_hbm"] == 2 * math.floor(hbm / (100_000 * KV_TOKEN))
@@ -225,8 +225,7 @@ def test_limits():
 def test_walls_and_columns():
     dep = deployment(tp=2, batch=64, capacity_context=100_000, context=100_000)
     out = S.serve_columns(MODEL, dep, HW)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     dec = S.decode(SS, dep, HW, w, place)
     wall = S.walls(dep, HW, dec)
     parts = dec.stage.parts
@@ -365,8 +364,7 @@ def test_where_the_kv_cache_lands():
 
 def test_prefill_attends_to_half_the_prompt_and_writes_its_kv_cache():
     dep = deployment(tp=2, prefill_batch=2, prompt_len=8192)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     pre = S.prefill(SS, dep, HW, w, place)
     tok = 2 * 8192
     p = S.forward_pass(SS, dep, HW, w, tok, 4096, tok * KV_TOKEN / 2, place.share, 2.0, prefill=True)
@@ -381,8 +379,7 @@ def test_prefill_attends_to_half_the_prompt_and_writes_its_kv_cache():
 
 def test_static_batches_wait_for_their_longest_answer():
     dep = deployment(tp=2, batch=8, output_len=500, output_dist=2)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     dec, pre = S.decode(SS, dep, HW, w, place), S.prefill(SS, dep, HW, w, place)
     _, static = S.batching(dep, dec, pre)
     longest = 500 * (math.log(8) + 0.5772156649015329 + 1 / 16 - 1 / (12 * 64))   # E[max of 8 exponentials]
@@ -397,8 +394,7 @@ def test_static_batches_wait_for_their_longest_answer():
 
 def test_decode_with_drafts_on_a_pipeline():
     dep = deployment(tp=2, pp=2, dp=2, batch=16, draft_tokens=1, acceptance=0.8, weight_bytes=1, gemm_ratio=2)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     dec = S.decode(SS, dep, HW, w, place)
     seqs = 16 / 2 / 2
     assert dec.kv_read == approx(seqs * 4096 * KV_TOKEN / (2 * 2))
@@ -436,8 +432,7 @@ def test_decode_with_drafts_on_a_pipeline():
 def test_per_device_rates_count_the_lenders():
     dep = deployment(tp=2, batch=24, capacity_context=150_000, context=100_000, prefill_batch=2)
     out = S.serve_columns(MODEL, dep, HW)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     dec, pre = S.decode(SS, dep, HW, w, place), S.prefill(SS, dep, HW, w, place)
     cont, static = S.batching(dep, dec, pre)
     lenders = place.lenders
@@ -553,8 +548,7 @@ def test_a_stage_of_two_micro_batches_runs_each_output_head_on_its_half():
 
 def test_drafts_count_in_static_and_continuous_batching():
     dep = deployment(tp=2, batch=8, output_len=500, output_dist=1, draft_tokens=2, acceptance=0.5)
-    w = S.weights(SS.base, dep, HW)
-    place = S.placement(SS, dep, HW, w)
+    w, place = placed(dep)
     dec, pre = S.decode(SS, dep, HW, w, place), S.prefill(SS, dep, HW, w, place)
     cont, static = S.batching(dep, dec, pre)
     tau = 1.75

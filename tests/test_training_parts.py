@@ -60,11 +60,11 @@ def plan(**kw) -> pl.Plan:
     return pl.Plan(**{k: float(v) for k, v in base.items()})
 
 
-def parts(p: pl.Plan, hw=HW):
-    lay = S.layout(SIZES, p)
-    act = S.activations(SIZES, p)
-    comp = S.compute(SIZES, p, hw, lay, act)
-    params = S.parameters(SIZES, p, lay)
+def parts(p: pl.Plan, hw=HW, sizes=SIZES):
+    lay = S.layout(sizes, p)
+    act = S.activations(sizes, p)
+    comp = S.compute(sizes, p, hw, lay, act)
+    params = S.parameters(sizes, p, lay)
     return lay, act, comp, params
 
 
@@ -310,13 +310,14 @@ def test_offload_of_activations_moves_all_but_two_layers():
 
 # --- the schedule, utilisation and walls ----------------------------------------------
 
-def _step(p, hw=HW):
-    lay, act, comp, params = parts(p, hw)
+def _step(p, hw=HW, sizes=SIZES):
+    """The chain of parts as step_columns runs it, up to the schedule."""
+    lay, act, comp, params = parts(p, hw, sizes)
     dp = S.data_parallel(p, hw, lay, params)
-    comm = {"tp": S.tensor_comm(SIZES, p, hw, lay), "ep": S.expert_comm(SIZES, p, hw, lay),
-            "cp": S.context_comm(SIZES, p, hw, lay), "pp": S.pipeline_comm(SIZES, p, hw, lay),
+    comm = {"tp": S.tensor_comm(sizes, p, hw, lay), "ep": S.expert_comm(sizes, p, hw, lay),
+            "cp": S.context_comm(sizes, p, hw, lay), "pp": S.pipeline_comm(sizes, p, hw, lay),
             "zero": dp.per_microbatch}
-    mem = S.memory(SIZES, p, lay, act, params)
+    mem = S.memory(sizes, p, lay, act, params)
     off = S.offload(p, hw, lay, mem, params)
     sched = S.schedule(p, hw, lay, comp, comm, dp, off)
     return lay, comp, comm, dp, off, sched
@@ -453,7 +454,7 @@ def test_a_multi_token_prediction_module_runs_on_the_last_stage():
     assert comp.per_microbatch == approx(3 * (L * layer + logits + mtp) + (L + 1) * comp.attention)
     mem = S.memory(MTP, p, lay, act, S.parameters(MTP, p, lay))
     assert mem.activations == approx((L + 1) * act.selective + 2 * 4 * SEQ * V / 2)
-    sched = _step_of(MTP, p)[-1]
+    sched = _step(p, sizes=MTP)[-1]
     util = S.utilisation(MTP, p, HW, lay, sched)
     forward = 2 * (MTP.matmul_params + MTP.mtp_matmul_params) + 2 * V * H + 4 * (L + 1) * A * DH * SEQ / 2
     assert util.model_flops == approx(3 * 8 * SEQ * forward)
@@ -507,6 +508,13 @@ def test_expert_all_to_all_with_every_copy_sent():
     assert S.expert_comm(QWEN, sp, EP_HW, S.layout(QWEN, sp)) == approx(48 * 2 * 2 * a2a)
 
 
+def deepep_call(inner, outer, q, call=20e-6):
+    """One DeepEP dispatch or combine on EP_HW spanning domains [s]: the larger call
+    latency, then the slower of the copies inside the domain and those between domains
+    (q bytes per element)."""
+    return call + max(1e-6 + inner * q / (0.4 * 100e9), 4e-6 + outer * q / (0.6 * 10e9))
+
+
 def test_deepep_sends_a_token_once_per_remote_domain():
     p = plan(dp=16, ep=16, expert_imbalance=1.0)
     lay = S.layout(QWEN, p)
@@ -514,14 +522,11 @@ def test_deepep_sends_a_token_once_per_remote_domain():
     domains = 2 * (1 - (1 - 1 / 2) ** k)                         # domains a token's 8 experts reach, of 2
     inner = tok * k * h * 7 / 8                                  # copies for peers in the own domain
     outer = tok * h * domains * 1 / 2                            # once per remote domain
-    call = 20e-6                                                 # spanning domains: the larger call latency
-
-    def one(q):
-        return call + max(1e-6 + inner * q / (0.4 * 100e9), 4e-6 + outer * q / (0.6 * 10e9))
-
-    assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(48 * 2 * (one(2) + one(2)))
+    # spanning domains, each call pays the larger call latency (deepep_call)
+    assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(48 * 2 * 2 * deepep_call(inner, outer, 2))
     fp8 = dataclasses.replace(EP_HW, cast_bytes=4.0)
-    assert S.expert_comm(QWEN, p, fp8, lay) == approx(48 * 2 * (one(1) + one(2)))
+    assert S.expert_comm(QWEN, p, fp8, lay) == approx(48 * 2 * (deepep_call(inner, outer, 1)
+                                                               + deepep_call(inner, outer, 2)))
 
 
 def test_group_limited_routing_caps_the_domains_a_token_reaches():
@@ -532,11 +537,7 @@ def test_group_limited_routing_caps_the_domains_a_token_reaches():
     # 4 domains of 8; a token reaches one group of 16 experts, 1/2 of a domain: at most 1 domain
     inner = tok * k * h * 7 / 8
     outer = tok * h * 1 * 3 / 4
-
-    def one(q):
-        return 20e-6 + max(1e-6 + inner * q / (0.4 * 100e9), 4e-6 + outer * q / (0.6 * 10e9))
-
-    assert S.expert_comm(grouped, p, EP_HW, lay) == approx(48 * 2 * 2 * one(2))
+    assert S.expert_comm(grouped, p, EP_HW, lay) == approx(48 * 2 * 2 * deepep_call(inner, outer, 2))
 
 
 def test_expert_parameters_are_reduced_over_their_replicas():
@@ -602,48 +603,34 @@ def test_offload_to_a_supernode_pool():
 
 # --- what each class can hide -----------------------------------------------------------
 
-def _step_of(sizes, p, hw=HW):
-    lay = S.layout(sizes, p)
-    act = S.activations(sizes, p)
-    comp = S.compute(sizes, p, hw, lay, act)
-    params = S.parameters(sizes, p, lay)
-    dp = S.data_parallel(p, hw, lay, params)
-    comm = {"tp": S.tensor_comm(sizes, p, hw, lay), "ep": S.expert_comm(sizes, p, hw, lay),
-            "cp": S.context_comm(sizes, p, hw, lay), "pp": S.pipeline_comm(sizes, p, hw, lay),
-            "zero": dp.per_microbatch}
-    mem = S.memory(sizes, p, lay, act, params)
-    off = S.offload(p, hw, lay, mem, params)
-    return lay, comp, comm, dp, off, S.schedule(p, hw, lay, comp, comm, dp, off)
-
-
 def test_ring_attention_hides_only_behind_the_attention_blocks():
     p = plan(cp=4, overlap_cp=1.0, flash_attention=0)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, p)
+    lay, comp, comm, dp, off, sched = _step(p)
     can = S.hideable(p, lay, comp, comm)
     window = L * 3 * comp.attention                             # forward and backward attention
     assert can["cp"] == approx(min(comm["cp"], window))
     full = plan(cp=4, overlap_cp=0.5, recompute=2)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, full)
+    lay, comp, comm, dp, off, sched = _step(full)
     can = S.hideable(full, lay, comp, comm)
     assert can["cp"] == approx(0.5 * min(comm["cp"], L * 4 * comp.attention))
 
 
 def test_zero_3_shows_one_layer_and_pipeline_sends_hide_only_when_interleaved():
     p = plan(dp=8, zero_stage=3, overlap_zero=1.0)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, p)
+    lay, comp, comm, dp, off, sched = _step(p)
     can = S.hideable(p, lay, comp, comm)
     assert can["zero"] == approx(min(comm["zero"] - comm["zero"] / L, comp.per_microbatch))
     flat = plan(pp=4, overlap_pp=1.0, global_batch=8)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, flat)
+    lay, comp, comm, dp, off, sched = _step(flat)
     assert S.hideable(flat, lay, comp, comm)["pp"] == 0
     inter = plan(pp=4, interleave=2, overlap_pp=1.0, global_batch=8)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, inter)
+    lay, comp, comm, dp, off, sched = _step(inter)
     assert S.hideable(inter, lay, comp, comm)["pp"] == approx(comm["pp"])
 
 
 def test_what_is_hidden_is_shared_out_in_proportion():
     p = plan(tp=8, sequence_parallel=1, dp=1, overlap_tp=0.5, overlap_offload=1.0, offload=2)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, p)
+    lay, comp, comm, dp, off, sched = _step(p)
     parts_ = dict(comm, offload=off.activation_transfer)
     can = S.hideable(p, lay, comp, parts_)
     hidden = min(sum(can.values()), comp.per_microbatch)
@@ -660,7 +647,7 @@ def test_what_is_hidden_is_shared_out_in_proportion():
 def test_columns_of_an_offloading_plan():
     p = plan(dp=4, offload=3, zero_stage=1, global_batch=8)
     out = S.step_columns(SIZES, p, POOL_HW)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, p, POOL_HW)
+    lay, comp, comm, dp, off, sched = _step(p, POOL_HW)
     m = 2
     mem = S.memory(SIZES, p, lay, S.activations(SIZES, p), S.parameters(SIZES, p, lay))
     assert out["memory_optimizer_bytes"] == approx(mem.optimizer - off.optimizer_far)
@@ -682,7 +669,7 @@ def test_columns_of_an_offloading_plan():
 
 def test_hardware_flops_with_full_recomputation():
     p = plan(recompute=2, dp=8, global_batch=8)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, p)
+    lay, comp, comm, dp, off, sched = _step(p)
     util = S.utilisation(SIZES, p, HW, lay, sched)
     tokens = 8 * SEQ
     scores = 4 * L * A * DH * SEQ / 2
@@ -744,7 +731,7 @@ def test_context_parallelism_splits_the_sequence_everywhere():
 
 def test_flashattention_recomputes_scores_even_without_recomputation():
     p = plan(recompute=0, dp=8, global_batch=8)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, p)
+    lay, comp, comm, dp, off, sched = _step(p)
     assert comp.recompute == approx(L * comp.attention)
     util = S.utilisation(SIZES, p, HW, lay, sched)
     scores = 4 * L * A * DH * SEQ / 2
@@ -816,11 +803,7 @@ def test_group_limited_routing_with_more_domains_than_groups():
     # 4 domains, 2 groups of 64 experts: a token's group spans 2 domains
     domains = min(4 * (1 - (1 - 1 / 4) ** 8), 2)
     inner, outer = SEQ * 8 * 2048 * 7 / 8, SEQ * 2048 * domains * 3 / 4
-
-    def one(q):
-        return 20e-6 + max(1e-6 + inner * q / (0.4 * 100e9), 4e-6 + outer * q / (0.6 * 10e9))
-
-    assert S.expert_comm(grouped, p, EP_HW, lay) == approx(48 * 2 * 2 * one(2))
+    assert S.expert_comm(grouped, p, EP_HW, lay) == approx(48 * 2 * 2 * deepep_call(inner, outer, 2))
 
 
 def test_the_deepep_stride_counts_context_parallel_ranks():
@@ -829,11 +812,7 @@ def test_the_deepep_stride_counts_context_parallel_ranks():
     # 8 members 2 ranks apart: 4 per domain of 8, 2 domains
     tok, k, h = SEQ / 2, 8, 2048
     inner, outer = tok * k * h * 3 / 4, tok * h * 2 * (1 - 0.5 ** 8) * 1 / 2
-
-    def one(q):
-        return 20e-6 + max(1e-6 + inner * q / (0.4 * 100e9), 4e-6 + outer * q / (0.6 * 10e9))
-
-    assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(48 * 2 * 2 * one(2))
+    assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(48 * 2 * 2 * deepep_call(inner, outer, 2))
 
 
 def test_optimizer_offload_without_zero_and_an_offload_that_outgrows_the_pool():
@@ -854,12 +833,12 @@ def test_optimizer_offload_without_zero_and_an_offload_that_outgrows_the_pool():
 
 def test_the_step_adds_the_exposed_data_parallel_time():
     p = plan(dp=8, zero_stage=0, global_batch=16)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, p)
+    lay, comp, comm, dp, off, sched = _step(p)
     assert dp.reduce > 0
     assert sched.step == approx(2 * sched.microbatch + dp.reduce + off.optimizer_step)
     slow = dataclasses.replace(HW, scale_up_bandwidth=1e8)      # a reduction longer than the backward
     q = plan(dp=8, zero_stage=1, overlap_dp=1.0)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, q, slow)
+    lay, comp, comm, dp, off, sched = _step(q, slow)
     backward = comp.per_microbatch - comp.stage_forward
     assert dp.reduce * (1 - 1 / L) > backward
     hidden = backward + min(dp.gather * (1 - 1 / L), comp.stage_forward)
@@ -869,7 +848,7 @@ def test_the_step_adds_the_exposed_data_parallel_time():
 
 def test_exposed_activation_offload_is_memory_time():
     p = plan(offload=2, global_batch=4)
-    lay, comp, comm, dp, off, sched = _step_of(SIZES, p)
+    lay, comp, comm, dp, off, sched = _step(p)
     w = S.walls(lay, comp, sched, off)
     assert sched.exposed["offload"] == approx(4 * off.activation_transfer)
     assert w.memory == approx(4 * comp.recompute + 4 * off.activation_transfer)

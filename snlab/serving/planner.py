@@ -166,7 +166,7 @@ def serve(model: PresetLike, system: PresetLike, **deployment) -> ServeResult:
 
 
 def _detail(field: str, m: Model, s: System, g: dict) -> str:
-    x = {k: (int(v[0]) if float(v[0]).is_integer() else float(v[0])) for k, v in g.items()}
+    x = grid.first_row(g)
     details = {
         "tp": f"tp={x['tp']} with {m.heads} heads and {m.kv_heads} key/value heads",
         "pp": f"pp={x['pp']} with {m.layers} layers",

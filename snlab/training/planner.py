@@ -242,7 +242,7 @@ def _rule_error(rule: pl.Rule, model: Model, g: dict) -> SnlabError:
             value = float(g[name][0])
             if value < 1 or not value.is_integer():
                 return SnlabError(name, f"got {value:g}", pl.ALLOWED[name].replace("a multiple", "a whole-number multiple"))
-    x = {k: (int(v[0]) if float(v[0]).is_integer() else float(v[0])) for k, v in g.items()}
+    x = grid.first_row(g)
     details = {
         "tp": f"tp={x['tp']} with {model.heads} heads and {model.kv_heads} key/value heads",
         "pp": f"pp={x['pp']} with {model.layers} layers",
