@@ -196,7 +196,7 @@ def outputs(out: Mapping, shape: tuple, valid: np.ndarray, columns: Mapping) -> 
     inputs, ``columns``: the swept inputs, flat); rows that break a rule get NaN (False
     for flags). One copy per column: broadcast, checked and masked in place."""
     if valid.all():
-        flat = flatten({k: np.asarray(v) for k, v in out.items()}, shape)
+        flat = {k: np.broadcast_to(np.asarray(v), shape).reshape(-1) for k, v in out.items()}
         check_finite_rows(flat, valid, columns)
         return flat
     flat, invalid = {}, ~valid
@@ -234,6 +234,21 @@ def check_finite_rows(flat: Mapping, valid: np.ndarray, columns: Mapping) -> Non
         i = int(np.argmax(bad))
         row = {k: (np.broadcast_to(c, valid.shape)[i].item() if np.ndim(c) else c) for k, c in columns.items()}
         check_finite({k: np.nan for k in names}, row)
+
+
+def full(column, n: int) -> np.ndarray:
+    """A column of ``n`` rows: as it is when it has them, else broadcast (a read-only
+    view, which :func:`writable` copies when a frame takes it)."""
+    column = np.asarray(column)
+    return column if column.shape == (n,) else np.broadcast_to(column, (n,))
+
+
+def writable(value):
+    """An array a DataFrame can own and a user can assign into: read-only views (a
+    broadcast, a column shared with the grid) copied, everything else as it is."""
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return value.copy()
+    return value
 
 
 def first_row(columns: Mapping) -> dict:

@@ -206,7 +206,7 @@ def field_dimension(name: str) -> str:
     """The dimension of a hardware field, as :func:`snlab.schema.check_range` takes it:
     capacities may be 0 (no such tier), expert-kernel and decode-attention
     efficiencies may be 0 (not measured: the fallback applies)."""
-    if name.endswith("domain_size") or name == "dies":
+    if name.endswith("domain_size") or name in ("dies", "devices_per_node"):
         return "count"
     if name.endswith("capacity") or name == "memory_reserve":
         return "bytes0"

@@ -67,26 +67,29 @@ def fastest(price, n, stride, hw: Hardware):
     return best
 
 
-def inner_step_latency(n1, hw: Hardware):
+def inner_step_latency(n1, hw: Hardware, stride=1.0):
     """Mean latency of one ring step inside a scale-up domain [s]: a ring of n1 devices
-    has n1 hops; in a domain that spans several nodes (CloudMatrix384's 48 nodes on one
-    bus) the k hops between the group's k nodes pay ``scale_up_latency`` and the others
-    ``scale_up_node_latency``. A group of one (a point-to-point message) pays the first."""
-    per_node = np.maximum(np.minimum(n1, hw.devices_per_node), 1.0)
+    ``stride`` ranks apart has n1 hops; in a domain that spans several nodes
+    (CloudMatrix384's 48 nodes on one bus) the k hops between the group's k nodes pay
+    ``scale_up_latency`` and the others ``scale_up_node_latency`` (members
+    ``devices_per_node`` or more ranks apart each sit on a node of their own). A group of
+    one (a point-to-point message) pays the first."""
+    per_node = np.maximum(np.minimum(n1, np.floor(hw.devices_per_node / stride)), 1.0)
     k = np.ceil(n1 / per_node)
     crossing = where(k > 1, k, 0.0)
     return where(n1 > 1, ((n1 - crossing) * hw.scale_up_node_latency + crossing * hw.scale_up_latency) / n1,
                  hw.scale_up_latency)
 
 
-def levels(n1, n2, hw: Hardware) -> dict:
-    """The two-level collective formulas' inputs for a group of n1 x n2 devices: each
-    ring step pays its own level's latency (:func:`inner_step_latency` inside a domain); a
-    call spanning domains pays the larger of the two levels' per-call latencies."""
+def levels(n1, n2, hw: Hardware, stride=1.0) -> dict:
+    """The two-level collective formulas' inputs for a group of n1 x n2 devices
+    ``stride`` ranks apart: each ring step pays its own level's latency
+    (:func:`inner_step_latency` inside a domain); a call spanning domains pays the larger
+    of the two levels' per-call latencies."""
     spans = n2 > 1
     return dict(
         inner_size=n1, outer_size=n2,
-        inner_latency=inner_step_latency(n1, hw), inner_bandwidth=hw.scale_up_bandwidth,
+        inner_latency=inner_step_latency(n1, hw, stride), inner_bandwidth=hw.scale_up_bandwidth,
         inner_efficiency=hw.scale_up_efficiency,
         outer_latency=hw.scale_out_latency, outer_bandwidth=hw.scale_out_bandwidth,
         outer_efficiency=hw.scale_out_efficiency,
@@ -98,20 +101,20 @@ def levels(n1, n2, hw: Hardware) -> dict:
 def all_reduce(S, n, stride, hw: Hardware):
     """Time of an all-reduce of S bytes over n devices ``stride`` ranks apart [s], at
     the fastest of the group's :func:`views`."""
-    t = fastest(lambda n1, n2: cm.hierarchical_all_reduce_time(message_bytes=S, **levels(n1, n2, hw)), n, stride, hw)
+    t = fastest(lambda n1, n2: cm.hierarchical_all_reduce_time(message_bytes=S, **levels(n1, n2, hw, stride)), n, stride, hw)
     return where(n > 1, t, 0.0)
 
 
 def reduce_scatter(S, n, stride, hw: Hardware):
     """Time of a reduce-scatter (or all-gather) of an S-byte buffer [s]."""
-    t = fastest(lambda n1, n2: cm.hierarchical_reduce_scatter_time(message_bytes=S, **levels(n1, n2, hw)),
+    t = fastest(lambda n1, n2: cm.hierarchical_reduce_scatter_time(message_bytes=S, **levels(n1, n2, hw, stride)),
                 n, stride, hw)
     return where(n > 1, t, 0.0)
 
 
 def all_to_all(S, n, stride, hw: Hardware):
     """Time of an all-to-all of an S-byte send buffer [s]."""
-    t = fastest(lambda n1, n2: cm.hierarchical_all_to_all_time(message_bytes=S, **levels(n1, n2, hw)), n, stride, hw)
+    t = fastest(lambda n1, n2: cm.hierarchical_all_to_all_time(message_bytes=S, **levels(n1, n2, hw, stride)), n, stride, hw)
     return where(n > 1, t, 0.0)
 
 
@@ -126,12 +129,12 @@ def point_to_point(S, inside, hw: Hardware):
     return where(inside, np.minimum(up, out), out)
 
 
-def one_shot_all_to_all(S_in, S_out, n1, n2, hw: Hardware, kernel: str | None = None):
+def one_shot_all_to_all(S_in, S_out, n1, n2, hw: Hardware, kernel: str | None = None, stride=1.0):
     """One-shot all-to-all [s] sending S_in bytes to peers in the domain and S_out to
     other domains; ``kernel`` (a key of :data:`EP_KERNELS`) picks the achieved bandwidth
     fraction of that expert-parallel kernel on each level where the preset measures it,
     the level's ``efficiency`` elsewhere."""
-    lv = levels(n1, n2, hw)
+    lv = levels(n1, n2, hw, stride)
     del lv["inner_size"], lv["outer_size"]
     if kernel is not None:
         field = EP_KERNELS[kernel]
@@ -169,9 +172,9 @@ def expert_calls(tokens, experts_per_token, hidden, ep, dispatch_bytes, hw: Hard
     else:
         outer = sent * (n2 - 1) / n2
     disp = one_shot_all_to_all(inner * dispatch_bytes, outer * dispatch_bytes, n1, n2, hw,
-                               "bulk" if bulk else "dispatch")
+                               "bulk" if bulk else "dispatch", stride)
     comb = one_shot_all_to_all(inner * ACTIVATION_BYTES, outer * ACTIVATION_BYTES, n1, n2, hw,
-                               "bulk" if bulk else "combine")
+                               "bulk" if bulk else "combine", stride)
     return disp, comb
 
 

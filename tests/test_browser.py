@@ -164,6 +164,8 @@ def _run_all_cells(page, attempts: int = 3) -> None:
     the run (the first prompt still empty), which happens on a loaded machine."""
     first_prompt = page.locator(".jp-CodeCell .jp-InputPrompt").first
     for _ in range(attempts):
+        assert page.locator(".jp-Dialog").count() == 0, ("a dialog before Run All",
+                                                          page.locator(".jp-Dialog").all_inner_texts())
         page.locator(".lm-MenuBar-item", has_text="Run").first.click()
         item = page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first
         item.wait_for(state="visible", timeout=10_000)
@@ -258,10 +260,10 @@ def test_plain_jupyterlab_runs_every_lesson_and_draws_every_chart(site, tmp_path
             _browser(tmp_path) as (page, console):
         for lesson in LESSONS:
             page.goto(f"{base}/lab/tree/notebooks/{lesson.name}?token={token}&reset")
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-            _run_all_cells(page)
-            _wait_idle(page)
             try:
+                page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+                _run_all_cells(page)
+                _wait_idle(page)
                 drawn = _wait_charts(page, charts[lesson.stem])
                 if lesson == NOTEBOOK:
                     dashboard = page.locator(".snlab-dashboard").first

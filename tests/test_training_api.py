@@ -553,6 +553,34 @@ def test_a_swept_system_field_has_a_column():
     assert any(c.startswith("grad") for c in df.columns)
 
 
+@pytest.mark.parametrize("field", ["hbm_capacity", "memory_reserve", "allocator_efficiency"])
+def test_a_memory_field_sweeps_into_fits_and_not_the_step(field):
+    """HBM capacity, its reserve and the allocator change what fits, not the step time:
+    the sweep still has one row per value, each what train() says."""
+    values = {"hbm_capacity": [20e9, 40e9, 80e9], "memory_reserve": [50e9, 20e9, 1e9],
+              "allocator_efficiency": [0.3, 0.6, 0.95]}[field]
+    plan = dict(tp=8, pp=1, dp=1, global_batch=8)
+    df = snlab.sweep("llama3-8b", "dgx-h100", **{field: values}, **plan)
+    assert list(df[field]) == pytest.approx(values)
+    assert df["step_time_s"].nunique() == 1
+    usable = df["memory_usable_bytes"].to_numpy()
+    assert list(usable) == sorted(usable) and usable[0] < usable[-1]
+    assert list(df["fits"]) == sorted(df["fits"])            # more usable memory never stops a fit
+    for value, row in zip(values, df.itertuples()):
+        one = snlab.train("llama3-8b", "dgx-h100", **{field: value}, **plan)
+        assert (one.fits, one.memory_bytes_per_device["usable"]) == (row.fits, pytest.approx(row.memory_usable_bytes))
+
+
+def test_frames_can_be_edited_like_any_dataframe():
+    sweep = snlab.sweep("llama3-8b", "dgx-h100", tp=[4, 8], global_batch=8, hbm_capacity=[40e9, 80e9])
+    search = snlab.search("llama3-8b", "dgx-h100", devices=16, global_batch=16, top=3)
+    serving = snlab.serve_sweep("llama3-8b", "dgx-h100", tp=8, batch=[1, 2], prompt_len=1000, output_len=10)
+    for frame, column in ((sweep, "step_time_s"), (sweep, "tp"), (search, "mfu"), (serving, "tpot_s")):
+        frame.loc[frame.index[0], column] = 1
+        frame[column] = frame[column] * 2
+        assert frame[column].iloc[0] == 2
+
+
 @pytest.mark.parametrize("axes, field", [
     (dict(scale_out_bandwidth=[25e9, -1.0]), "scale_out_bandwidth"),
     (dict(scale_out_bandwidth=["400 furlongs"]), "scale_out_bandwidth"),

@@ -690,6 +690,9 @@ def test_a_domain_of_two_nodes_pays_the_crossing_latency_on_its_crossing_steps()
     assert net.inner_step_latency(2.0, hw) == approx(1e-6)
     assert net.inner_step_latency(4.0, hw) == approx(1e-6)
     assert net.inner_step_latency(1.0, hw) == approx(3e-6)
+    # members 8 ranks apart sit on a node each: every hop crosses; 4 apart, two per node
+    assert net.inner_step_latency(2.0, hw, 8.0) == approx(3e-6)
+    assert net.inner_step_latency(4.0, hw, 4.0) == approx((2 * 1e-6 + 2 * 3e-6) / 4)
     assert net.split(16.0, 1.0, hw) == (16.0, 1.0)
     assert net.split(8.0, 4.0, hw) == (4.0, 2.0)
     assert list(net.views(16.0, 1.0, hw)) == [(16.0, 1.0), (8.0, 2.0)]

@@ -198,7 +198,7 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
             codes = np.where(np.isfinite(col), col, -1).astype(int)
             data[key] = pd.Categorical.from_codes(codes, list(KV_LOCATIONS))
         else:
-            data[key] = np.broadcast_to(col, (n,))
+            data[key] = grid.full(col, n)
     data["valid"] = broken < 0
     data["reason"] = pd.Categorical.from_codes(reason_codes(broken, out), list(dp_.REASONS))
     # the error bands of published decode and prefill runs on this chip family (NaN: none)
@@ -215,7 +215,8 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
     limited = np.argmax(np.nan_to_num(wall, nan=-1.0), axis=0)
     data["limited_by"] = pd.Categorical.from_codes(np.where(broken < 0, limited, -1),
                                                    ["compute", "memory", "communication"])
-    return pd.DataFrame(data, copy=False)
+    # columns a user can assign into (copy=False: what is already writable stays shared)
+    return pd.DataFrame({k: grid.writable(v) for k, v in data.items()}, copy=False)
 
 
 def serve_sweep(model, system, **axes):

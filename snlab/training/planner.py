@@ -284,10 +284,10 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     data["capacity_factor"] = g["capacity_factor"]
     data["expert_imbalance"] = g["expert_imbalance"]
     for name in hw_axes:
-        data[name] = np.broadcast_to(hw_axes[name], (n,))
+        data[name] = grid.full(hw_axes[name], n)
     valid = broken < 0
     for key, col in out.items():
-        data[key] = np.broadcast_to(col, (n,))
+        data[key] = grid.full(col, n)
     code = np.where(valid, 0, broken + 1).astype(np.int64)
     fits_dev = out["memory_total_bytes"] <= np.broadcast_to(out["memory_usable_bytes"], (n,))
     code = np.where(valid & ~fits_dev, len(pl.RULES) + 1, code)
@@ -304,7 +304,8 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     limited = np.argmax(np.broadcast_to(wall, (3, n)), axis=0)
     limited = np.where(data["fits"], limited, 2)
     data["limited_by"] = pd.Categorical.from_codes(np.where(valid, limited, -1), ["compute", "communication", "memory"])
-    return pd.DataFrame(data, copy=False)
+    # columns a user can assign into (copy=False: what is already writable stays shared)
+    return pd.DataFrame({k: grid.writable(v) for k, v in data.items()}, copy=False)
 
 
 def sweep(model, system, *, precision="bf16", devices=None, **axes):

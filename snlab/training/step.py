@@ -602,7 +602,9 @@ def columns(plan, hw, lay, comp, comm, dp, mem, off, sched, util, wall, params) 
     activations = mem.activations - off.activations_far
     total = mem.weights + mem.grads + optimizer + activations + mem.buffers
     far = off.optimizer_far + off.activations_far
-    usable = np.broadcast_to(hw.usable_memory, np.shape(step))
+    # the step's shape and the memory's (a sweep of HBM changes fits, not always the step)
+    shape = np.broadcast_shapes(np.shape(step), np.shape(hw.usable_memory), np.shape(hw.hbm_capacity))
+    usable = np.broadcast_to(hw.usable_memory, shape)
     return {
         "devices": lay.devices, "micro_batches": m,
         "step_time_s": step, "mfu": util.mfu, "hfu": util.hfu,
@@ -622,7 +624,7 @@ def columns(plan, hw, lay, comp, comm, dp, mem, off, sched, util, wall, params) 
         "bubble_fraction": sched.bubble_fraction,
         "memory_weights_bytes": mem.weights, "memory_grads_bytes": mem.grads, "memory_optimizer_bytes": optimizer,
         "memory_activations_bytes": activations, "memory_buffers_bytes": mem.buffers, "memory_total_bytes": total,
-        "memory_capacity_bytes": np.broadcast_to(hw.hbm_capacity, np.shape(step)), "memory_usable_bytes": usable,
+        "memory_capacity_bytes": np.broadcast_to(hw.hbm_capacity, shape), "memory_usable_bytes": usable,
         "memory_headroom_bytes": usable - total,
         "memory_offloaded_bytes": far, "offload_capacity_bytes": off.capacity,
         "fits": (total <= usable) & (far <= off.capacity),
