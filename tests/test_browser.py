@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -159,14 +160,28 @@ def _move_slider_and_check_redraw(page, dashboard) -> None:
     assert dashboard.locator(".snlab-error").count() == 0
 
 
+class DialogBlocked(Exception):
+    """A JupyterLab dialog covers the page; its text is the message."""
+
+
+def _no_dialog(page) -> None:
+    texts = page.locator(".jp-Dialog").all_inner_texts()
+    if texts:
+        raise DialogBlocked(" | ".join(t.replace("\n", " ") for t in texts))
+
+
 def _run_all_cells(page, attempts: int = 3) -> None:
     """Run > Run All Cells, as a user would; retried when the menu click did not start
-    the run (the first prompt still empty), which happens on a loaded machine."""
+    the run (the first prompt still empty), which happens on a loaded machine. A dialog
+    over the page raises :class:`DialogBlocked` with its text."""
     first_prompt = page.locator(".jp-CodeCell .jp-InputPrompt").first
     for _ in range(attempts):
-        assert page.locator(".jp-Dialog").count() == 0, ("a dialog before Run All",
-                                                          page.locator(".jp-Dialog").all_inner_texts())
-        page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+        _no_dialog(page)
+        try:
+            page.locator(".lm-MenuBar-item", has_text="Run").first.click(timeout=15_000)
+        except Exception:
+            _no_dialog(page)
+            raise
         item = page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first
         item.wait_for(state="visible", timeout=10_000)
         item.click()
@@ -259,20 +274,38 @@ def test_plain_jupyterlab_runs_every_lesson_and_draws_every_chart(site, tmp_path
     with _server(cmd, f"{base}/api/status?token={token}", _env(tmp_path), tmp_path / "lab.log"), \
             _browser(tmp_path) as (page, console):
         for lesson in LESSONS:
-            page.goto(f"{base}/lab/tree/notebooks/{lesson.name}?token={token}&reset")
-            try:
-                page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-                _run_all_cells(page)
-                _wait_idle(page)
-                drawn = _wait_charts(page, charts[lesson.stem])
-                if lesson == NOTEBOOK:
-                    dashboard = page.locator(".snlab-dashboard").first
-                    dashboard.scroll_into_view_if_needed()
-                    _move_slider_and_check_redraw(page, dashboard)
-            finally:
-                _screenshot(page, tmp_path, f"jupyterlab-{lesson.stem}.png")
+            # a dialog that blocks a lesson once (a loaded machine can lose the server's
+            # connection for a moment) is reported and the lesson reopened; twice fails
+            for attempt in (1, 2):
+                page.goto(f"{base}/lab/tree/notebooks/{lesson.name}?token={token}&reset")
+                try:
+                    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+                    _run_all_cells(page)
+                    _wait_idle(page)
+                    drawn = _wait_charts(page, charts[lesson.stem])
+                    if lesson == NOTEBOOK:
+                        dashboard = page.locator(".snlab-dashboard").first
+                        dashboard.scroll_into_view_if_needed()
+                        _move_slider_and_check_redraw(page, dashboard)
+                    break
+                except DialogBlocked as blocked:
+                    if attempt == 2:
+                        raise AssertionError(f"{lesson.name}: a dialog blocked the lesson twice: {blocked}")
+                    warnings.warn(f"{lesson.name}: a dialog blocked Run All, lesson reopened: {blocked}")
+                finally:
+                    _screenshot(page, tmp_path, f"jupyterlab-{lesson.stem}-{attempt}.png")
             assert drawn >= charts[lesson.stem], lesson.name
             _check_clean(page, console, lesson.name)
+
+
+def test_a_blocking_dialog_is_named(tmp_path):
+    _require_browser()
+    with _browser(tmp_path) as (page, _):
+        page.set_content("<div class='jp-Dialog'>Server Connection Error<br>Check your network</div>")
+        with pytest.raises(DialogBlocked, match="Server Connection Error"):
+            _no_dialog(page)
+        page.set_content("<div>no dialog</div>")
+        _no_dialog(page)
 
 
 def test_make_lab_opens_the_landing_lesson_without_popups(tmp_path):
