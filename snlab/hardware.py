@@ -134,6 +134,11 @@ class Hardware:
         efficiency = np.where((np.asarray(flash) > 0) & (fused > 0), fused, bf16)
         return self.roofline(peak_flops=self.peak_flops * self.attention_peak_ratio, gemm_efficiency=efficiency)
 
+    def host_roofline(self) -> dict:
+        """Roofline inputs of the host CPU for a memory-bound step (the offloaded
+        optimizer's): host DRAM at its peak, with no compute term that could bind."""
+        return roofline_inputs(1.0, 1.0, 1.0, self.host_memory_bandwidth, 1.0)
+
     @property
     def usable_memory(self):
         """Bytes a job can allocate on one device (:data:`snlab.walls.memory.usable_memory`)."""

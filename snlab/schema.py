@@ -144,12 +144,3 @@ def si_unit(key: str) -> str:
             if name == field:
                 return _SI.get(dimension, "")
     return ""
-
-
-def dimension_of(kind: str, key: str) -> str | None:
-    """The dimension of a field ``"section.field"`` (or ``"field"``) of a preset kind."""
-    section, _, field = key.rpartition(".")
-    for name, dimension, _ in TABLES[kind].get(section, []):
-        if name == field:
-            return dimension
-    return None

@@ -390,13 +390,6 @@ class Offload:
     optimizer_step: np.ndarray
 
 
-def hardware_roofline_host(hw: Hardware) -> dict:
-    """Roofline inputs of the host CPU for a memory-bound optimizer step: host DRAM at
-    its peak (no compute term binds)."""
-    return dict(peak_flops=1.0, gemm_efficiency=1.0, sustained_clock=1.0,
-                memory_bandwidth=hw.host_memory_bandwidth, memory_efficiency=1.0)
-
-
 def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Parameters) -> Offload:
     """A supernode's pool is its peers' memory: what the devices outside the job lend
     (:meth:`~snlab.hardware.Hardware.free_pool`) is free for offload; anything else goes
@@ -421,7 +414,7 @@ def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Paramete
                                         optimizer_bytes=plan.optimizer_bytes, weight_bytes=2.0)
     # on the host the CPU's Adam streams the same bytes through host DRAM, at its peak
     # bandwidth per device at best (ZeRO-Offload's CPU-Adam is memory-bound too)
-    host_step = cw.roofline_time(flops=0.0, bytes_moved=traffic, **hardware_roofline_host(hw))
+    host_step = cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.host_roofline())
     step = where(off_opt & ~in_pool, host_step, cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.roofline()))
     out_mb = np.maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)
     return Offload(optimizer_far=o_far, activations_far=a_far, in_pool=in_pool, bandwidth=bandwidth,
