@@ -41,7 +41,7 @@ STEP_PARTS = (
     ("tensor-parallel comm (exposed)", "#e69138"),
     ("expert all-to-all (exposed)", "#b45f06"),
     ("context-parallel comm (exposed)", "#8e7cc3"),
-    ("pipeline sends (exposed)", "#c27ba0"),
+    ("pipeline sends and handshakes (exposed)", "#c27ba0"),
     ("data-parallel comm (exposed)", "#cc0000"),
     ("ZeRO / FSDP comm (exposed)", "#ea9999"),
     ("overlap contention", "#f1c232"),
@@ -119,7 +119,7 @@ def step_breakdown(data, by: Sequence[str] = ("system",), normalize: bool = Fals
                 scale=alt.Scale(domain=[0, 100]) if normalize else alt.Undefined),
         y=alt.Y("label:N", title=None, sort=sort if sort is not None else list(dict.fromkeys(long["label"]))),
         color=alt.Color("part:N", title="part of the step", sort=labels,
-                        scale=alt.Scale(domain=labels, range=colors), legend=alt.Legend(orient="bottom", columns=3)),
+                        scale=alt.Scale(domain=labels, range=colors), legend=alt.Legend(orient="bottom", columns=3, labelLimit=320)),
         order=alt.Order("order:Q"),
         tooltip=tooltip,
     ).properties(width=width, height=alt.Step(28))
@@ -182,7 +182,7 @@ def metric_chart(data, x: str, y: str = "mfu", color: str = "system", sort=None,
     if not _has_band(frame, y):
         return marked.encode(**enc).properties(width=width, height=height)
     # the band of published runs: one vertical bar per point, from the same data
-    encoding = dict(x=x_enc, y=alt.Y("band_low:Q"), y2="band_high:Q", color=enc["color"],
+    encoding = dict(x=x_enc, y=alt.Y("band_low:Q", title=y_title), y2="band_high:Q", color=enc["color"],
                     tooltip=[alt.Tooltip("band_low:Q", title="published runs: from", format=".3~g"),
                              alt.Tooltip("band_high:Q", title="to", format=".3~g"),
                              alt.Tooltip("band_runs:Q", title="runs behind the band")])

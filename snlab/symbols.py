@@ -79,6 +79,7 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("ep", "e", "1", "expert-parallel degree", "int"),
         ("cp", "c", "1", "context-parallel degree", "int"),
         ("interleave", "v", "1", "model chunks (virtual stages) per pipeline stage", "int"),
+        ("chunk_overhead", r"\tau_{v}", "s", "time each extra pass through a model chunk costs beyond its compute and sends (interleaved schedule)", "nonneg"),
         ("micro_batches", "m", "1", "micro-batches per pipeline per step, B / (b d)", "int"),
         ("tokens", "T", "1", "tokens processed", "pos"),
         ("context_len", r"n_{ctx}", "1", "tokens each query attends to (s for training without causal skipping; current context in decode)", "nonneg"),

@@ -162,6 +162,8 @@ def test_mfu_chart_draws_the_error_band_where_published_runs_exist():
     spec = charts.mfu_chart(df, x="system", mark="bar").to_dict()
     marks = [layer["mark"]["type"] for layer in spec["layer"]]
     assert marks == ["bar", "errorbar"]
+    # one axis: the band's layer carries the metric's title, not its column name
+    assert [layer["encoding"]["y"]["title"] for layer in spec["layer"]] == ["MFU [%]"] * 2
     rows = {v["system"]: v for v in spec["data"]["values"]}
     a100 = rows["dgx-a100"]
     assert a100["band_low"] < a100["metric"] * 1.0 + 1e-9 <= a100["band_high"] + a100["metric"]

@@ -35,7 +35,8 @@ def test_c4_c5_hold_for_the_papers_plan_but_not_for_the_best_one(best_plans):
     """C4/C5 hold only for a plan built for NVLink servers: with the 1T run's own plan
     (tp 8 across PCIe, 64 stages) the PCIe/Ethernet cluster loses over 30% of the step
     and sits in the article's 30-40% MFU band; the best plan for the cluster loses a
-    quarter and reaches about 50%. The supernode loses a fifth as much either way."""
+    quarter and reaches about 50%. The supernode's best plan loses about a third as much as
+    that, under a tenth of its step."""
     paper = snlab.train("megatron-1t", "pcie-ethernet-a100", **TRILLION)
     assert lost_fraction(paper) >= 0.30 and 0.25 <= paper.mfu <= 0.45
     pcie, cm = best_plans["pcie-ethernet-a100"], best_plans["cloudmatrix384"]
@@ -45,7 +46,7 @@ def test_c4_c5_hold_for_the_papers_plan_but_not_for_the_best_one(best_plans):
 
     assert 0.2 <= lost(pcie) < lost_fraction(paper)
     assert pcie.mfu > 0.45                   # outside the article's band
-    assert lost(cm) < lost(pcie) / 4
+    assert lost(cm) < lost(pcie) / 3 and lost(cm) < 0.10
     assert cm.mfu > pcie.mfu * 1.2
 
 

@@ -42,6 +42,7 @@ ATTN_RATE = 0.25 * 100e12                # the fused attention kernel's FLOP/s
 UP = 0.5 * 100e9                         # achievable scale-up bytes/s
 OUT = 0.8 * 10e9                         # achievable scale-out bytes/s
 REL = 1e-12
+TAU = 1e-3                               # each extra pass through a model chunk [s]
 
 
 def approx(expected, rel=REL):
@@ -51,11 +52,12 @@ def approx(expected, rel=REL):
 
 def plan(**kw) -> pl.Plan:
     """A plan of scalars: tp = pp = dp = 1, micro-batch 1, 8 micro-batches, ZeRO-1,
-    selective recomputation, FlashAttention, bf16 gradients, Adam, no overlap."""
+    selective recomputation, FlashAttention, bf16 gradients, Adam, no overlap, 1 ms per
+    extra pass through a model chunk."""
     base = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=8, zero_stage=1, recompute=1,
                 sequence_parallel=0, interleave=1, offload=0, grad_bytes=2, seq_len=SEQ, flash_attention=1,
                 optimizer_bytes=12, first_stage_layers=0, last_stage_layers=0, ep_dispatcher=1, capacity_factor=0,
-                expert_imbalance=1, **{f"overlap_{c}": 0.0 for c in pl.OVERLAP_CLASSES})
+                expert_imbalance=1, chunk_overhead_s=TAU, **{f"overlap_{c}": 0.0 for c in pl.OVERLAP_CLASSES})
     base.update(kw)
     return pl.Plan(**{k: float(v) for k, v in base.items()})
 
@@ -193,7 +195,10 @@ def test_pipeline_sends():
     p = plan(pp=4, tp=2, interleave=2, global_batch=16)
     lay = S.layout(SIZES, p)
     msg = SEQ * H * 2 / 2
-    assert S.pipeline_comm(SIZES, p, HW, lay) == approx(2 * 2 * p2p(msg))
+    # two chunks: four sends, and one extra chunk passed forward and backward
+    assert S.pipeline_comm(SIZES, p, HW, lay) == approx(2 * 2 * p2p(msg) + 2 * TAU)
+    p = plan(pp=4, tp=2, interleave=3, global_batch=16)
+    assert S.pipeline_comm(SIZES, p, HW, S.layout(SIZES, p)) == approx(2 * 3 * p2p(msg) + 4 * TAU)
     p = plan(pp=4, tp=2, dp=2)                                   # 16 devices: across domains
     assert S.pipeline_comm(SIZES, p, HW, S.layout(SIZES, p)) == approx(2 * p2p(msg, False))
     assert S.pipeline_comm(SIZES, plan(), HW, S.layout(SIZES, plan())) == 0
@@ -606,33 +611,45 @@ def test_offload_to_a_supernode_pool():
 def test_ring_attention_hides_only_behind_the_attention_blocks():
     p = plan(cp=4, overlap_cp=1.0, flash_attention=0)
     lay, comp, comm, dp, off, sched = _step(p)
-    can = S.hideable(p, lay, comp, comm)
+    can = S.hideable(p, HW, lay, comp, comm)
     window = L * 3 * comp.attention                             # forward and backward attention
     assert can["cp"] == approx(min(comm["cp"], window))
     full = plan(cp=4, overlap_cp=0.5, recompute=2)
     lay, comp, comm, dp, off, sched = _step(full)
-    can = S.hideable(full, lay, comp, comm)
+    can = S.hideable(full, HW, lay, comp, comm)
     assert can["cp"] == approx(0.5 * min(comm["cp"], L * 4 * comp.attention))
 
 
 def test_zero_3_shows_one_layer_and_pipeline_sends_hide_only_when_interleaved():
     p = plan(dp=8, zero_stage=3, overlap_zero=1.0)
     lay, comp, comm, dp, off, sched = _step(p)
-    can = S.hideable(p, lay, comp, comm)
+    can = S.hideable(p, HW, lay, comp, comm)
     assert can["zero"] == approx(min(comm["zero"] - comm["zero"] / L, comp.per_microbatch))
     flat = plan(pp=4, overlap_pp=1.0, global_batch=8)
     lay, comp, comm, dp, off, sched = _step(flat)
-    assert S.hideable(flat, lay, comp, comm)["pp"] == 0
+    assert S.hideable(flat, HW, lay, comp, comm)["pp"] == 0
     inter = plan(pp=4, interleave=2, overlap_pp=1.0, global_batch=8)
     lay, comp, comm, dp, off, sched = _step(inter)
-    assert S.hideable(inter, lay, comp, comm)["pp"] == approx(comm["pp"])
+    # the sends hide, the extra chunk's handshakes (forward and backward) show
+    assert S.hideable(inter, HW, lay, comp, comm)["pp"] == approx(comm["pp"] - 2 * TAU)
+    assert sched.exposed["pp"] == approx(8 * 2 * TAU)
+
+
+def test_tensor_parallel_overlap_needs_one_scale_up_domain():
+    p = plan(tp=8, sequence_parallel=1, overlap_tp=1.0)
+    lay, comp, comm, dp, off, sched = _step(p)                  # eight devices in a domain of 8
+    assert S.hideable(p, HW, lay, comp, comm)["tp"] == approx(min(comm["tp"], comp.per_microbatch))
+    halves = dataclasses.replace(HW, scale_up_domain_size=4.0)  # the group spans two domains
+    lay, comp, comm, dp, off, sched = _step(p, halves)
+    assert S.hideable(p, halves, lay, comp, comm)["tp"] == 0
+    assert sched.exposed["tp"] == approx(8 * comm["tp"])
 
 
 def test_what_is_hidden_is_shared_out_in_proportion():
     p = plan(tp=8, sequence_parallel=1, dp=1, overlap_tp=0.5, overlap_offload=1.0, offload=2)
     lay, comp, comm, dp, off, sched = _step(p)
     parts_ = dict(comm, offload=off.activation_transfer)
-    can = S.hideable(p, lay, comp, parts_)
+    can = S.hideable(p, HW, lay, comp, parts_)
     hidden = min(sum(can.values()), comp.per_microbatch)
     total = sum(can.values())
     m = 8

@@ -57,6 +57,12 @@ def test_00_supernode_mfu_for_the_1t_model():
                                ["about the same", "10% to 50% higher", "50% to 100% higher", "more than twice"])
     assert answer_in("00") == expected
     assert f"MFU {mfu[SUPERNODE]:.0%} against {mfu[CLUSTER]:.0%}" in section("00")
+    # "a sixth ... and a fifth more to recomputing ...; the supernode loses under a tenth"
+    rows = best.set_index("system")
+    lost = (rows.exposed_comm_s + rows.time_bubble_s + rows.time_contention_s) / rows.step_time_s
+    recomputing = rows.time_recompute_s / rows.step_time_s
+    assert 1 / 7 < lost[CLUSTER] < 1 / 5 and 1 / 6 < recomputing[CLUSTER] < 1 / 4 and lost[SUPERNODE] < 0.1
+    assert "a sixth" in section("00") and "a fifth more to recomputing" in section("00")
 
 
 def test_01_throttling_slows_the_step_less_than_the_clock():

@@ -34,7 +34,8 @@ OVERLAP_CLASSES = ("dp", "zero", "tp", "pp", "ep", "cp", "offload")
 #: named overlap levels: the fraction of each class's hideable time hidden behind compute.
 #: What a class can hide at all is structural (snlab.training.step.schedule): one chunk of
 #: data-parallel and ZeRO traffic always shows, pipeline sends overlap only with virtual
-#: stages, tensor-parallel collectives only with sequence parallelism. "standard" is how
+#: stages (the interleaved schedule's handshakes always show), tensor-parallel collectives
+#: only with sequence parallelism and inside one scale-up domain. "standard" is how
 #: Megatron-Core and NeMo run today (nemo-comm-overlap): --overlap-grad-reduce and
 #: --overlap-param-gather, FSDP/ZeRO-3 prefetching the next layer, --tp-comm-overlap
 #: whose pipelined reduce-scatter splits the GEMM into 4 chunks (the last one shows:
@@ -52,11 +53,16 @@ DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, 
                 recompute="selective", sequence_parallel=None, interleave=1, overlap="standard",
                 offload="none", grad_dtype="bf16", seq_len=None, flash_attention=True, optimizer_bytes=12,
                 first_stage_layers=0, last_stage_layers=0, ep_dispatcher="deepep", capacity_factor=0,
-                expert_imbalance=None)
+                expert_imbalance=None, chunk_overhead_s=0.78e-3)
 #: first/last_stage_layers 0: the automatic split (snlab.training.stages); ep_dispatcher
 #: "deepep": what DeepSeek-V3 trains with and Megatron-Core's MoE recipes for fine-grained
 #: experts use; capacity_factor 0: no token dropping (Megatron-Core's default, None);
 #: expert_imbalance None: the model preset's measured load of the busiest expert over the mean
+#: chunk_overhead_s 0.78 ms: the median of what each extra pass through a one-layer model
+#: chunk cost Megatron-LM's interleaved schedule on 8-32 A100s beyond its modelled bubble and
+#: sends (Qi et al. 2024, Zero Bubble Pipeline Parallelism: measured throughput, Table 4,
+#: against the bubble rates computed from profiled pass and send times, Tables 5 and 9;
+#: 12 configurations, 0.61-1.20 ms, about 1.5-3 times the profiled send)
 #: grad_dtype "bf16": Megatron-Core reduces and keeps gradients in bf16 unless told otherwise
 #: (DistributedDataParallelConfig.grad_reduce_in_fp32 = False; NeMo's performance recipes);
 #: the Megatron-LM runs of 2021-2022 kept fp32 gradients and say so in their plans
@@ -74,7 +80,8 @@ ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                first_stage_layers="0 (automatic) or the transformer layers of the first pipeline stage",
                last_stage_layers="0 (automatic) or the transformer layers of the last pipeline stage",
                ep_dispatcher="alltoall, deepep", capacity_factor="0 (no token dropping) or a factor from 0.1 to 64",
-               expert_imbalance="a factor from 1 to 64 (load of the busiest expert device over the mean)")
+               expert_imbalance="a factor from 1 to 64 (load of the busiest expert device over the mean)",
+               chunk_overhead_s="a time in seconds from 0 to 0.1 (0.00078: Qi et al. 2024)")
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,7 @@ class Plan:
     ep_dispatcher: np.ndarray
     capacity_factor: np.ndarray
     expert_imbalance: np.ndarray
+    chunk_overhead_s: np.ndarray
     overlap_dp: np.ndarray
     overlap_zero: np.ndarray
     overlap_tp: np.ndarray

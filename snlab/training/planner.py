@@ -27,10 +27,10 @@ from .step import step_columns
 PLAN_FIELDS = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "recompute",
                "sequence_parallel", "interleave", "overlap", "offload", "grad_dtype", "seq_len",
                "flash_attention", "optimizer_bytes", "first_stage_layers", "last_stage_layers",
-               "ep_dispatcher", "capacity_factor", "expert_imbalance")
+               "ep_dispatcher", "capacity_factor", "expert_imbalance", "chunk_overhead_s")
 NUMERIC = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "interleave",
            "seq_len", "optimizer_bytes", "first_stage_layers", "last_stage_layers", "capacity_factor",
-           "expert_imbalance")
+           "expert_imbalance", "chunk_overhead_s")
 #: system fields a training sweep may vary, and where they live
 SYSTEM_FIELDS = (
     "scale_up_domain_size", "scale_up_bandwidth", "scale_up_latency", "scale_up_efficiency",
@@ -75,7 +75,8 @@ def _check_ranges(merged: dict) -> None:
                      ("first_stage_layers", lambda v: float(v).is_integer() and 0 <= v <= 1e6),
                      ("last_stage_layers", lambda v: float(v).is_integer() and 0 <= v <= 1e6),
                      ("capacity_factor", lambda v: v == 0 or 0.1 <= v <= 64),
-                     ("expert_imbalance", lambda v: v is None or 1 <= v <= 64)):
+                     ("expert_imbalance", lambda v: v is None or 1 <= v <= 64),
+                     ("chunk_overhead_s", lambda v: 0 <= v <= 0.1)):
         for v in grid.axis_values(name, merged[name]):
             if v is not None and not grid.is_number(v):
                 raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
@@ -176,7 +177,7 @@ def plan_of(g: dict) -> pl.Plan:
                    optimizer_bytes=g["optimizer_bytes"], first_stage_layers=g["first_stage_layers"],
                    last_stage_layers=g["last_stage_layers"], ep_dispatcher=g["ep_dispatcher"],
                    capacity_factor=g["capacity_factor"], expert_imbalance=g["expert_imbalance"],
-                   **{f: g[f] for f in OVERLAP_FIELDS})
+                   chunk_overhead_s=g["chunk_overhead_s"], **{f: g[f] for f in OVERLAP_FIELDS})
 
 
 def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", devices=None):
@@ -215,7 +216,8 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
         recompute (none/selective/full), sequence_parallel, interleave, overlap
         (none/gradients/standard/all or ``"dp=1,tp=0.5"``), offload
         (none/optimizer/activations/both), grad_dtype (bf16/fp32), seq_len,
-        flash_attention, optimizer_bytes; and system fields such as
+        flash_attention, optimizer_bytes, chunk_overhead_s (seconds each extra pass
+        through a virtual stage costs); and system fields such as
         ``scale_out_bandwidth`` to change the system for this run.
     """
     m, s = _resolve(model, system)
@@ -283,6 +285,7 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     data["ep_dispatcher"] = pd.Categorical.from_codes(g["ep_dispatcher"].astype(int), list(pl.EP_DISPATCHERS))
     data["capacity_factor"] = g["capacity_factor"]
     data["expert_imbalance"] = g["expert_imbalance"]
+    data["chunk_overhead_s"] = g["chunk_overhead_s"]
     for name in hw_axes:
         data[name] = grid.full(hw_axes[name], n)
     valid = broken < 0

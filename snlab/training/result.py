@@ -132,7 +132,7 @@ class TrainResult(Result):
             ("compute (incl. recompute)", fmt_seconds(t["compute"])),
         ]
         for part, label in (("tp", "tensor-parallel comm"), ("ep", "expert all-to-all"), ("cp", "context-parallel comm"),
-                            ("pp", "pipeline sends"), ("dp", "data-parallel gradients and weights"),
+                            ("pp", "pipeline sends and handshakes"), ("dp", "data-parallel gradients and weights"),
                             ("zero", "ZeRO / FSDP per micro-batch"), ("offload", "offload")):
             if t[part] > 0:
                 rows.append((label, f"{fmt_seconds(t[part])} (exposed {fmt_seconds(t['exposed'][part])})"))

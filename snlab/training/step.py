@@ -246,10 +246,17 @@ def context_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
 def pipeline_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
     """Pipeline sends per micro-batch [s]: activations forward and gradients backward
     at each of the stage's v chunk boundaries, split over the tensor group (the
-    scatter/gather optimisation, Narayanan et al. 2021 Sec. 4.1)."""
+    scatter/gather optimisation, Narayanan et al. 2021 Sec. 4.1), and the handshakes of
+    the v - 1 extra chunks (:func:`handshakes`)."""
     S = lay.tokens * sizes.hidden_size * ACTIVATION_BYTES / plan.tp
     inside = plan.tp * plan.cp * plan.dp * plan.pp <= hw.scale_up_domain_size
-    return where(plan.pp > 1, 2 * plan.interleave * net.point_to_point(S, inside, hw), 0.0)
+    return where(plan.pp > 1, 2 * plan.interleave * net.point_to_point(S, inside, hw) + handshakes(plan), 0.0)
+
+
+def handshakes(plan: Plan):
+    """What the interleaved schedule's extra chunks cost per micro-batch beyond their
+    compute and sends [s], shown whatever the overlap."""
+    return cm.interleave_handshakes(interleave=plan.interleave, chunk_overhead=plan.chunk_overhead_s)
 
 
 @dataclass(frozen=True)
@@ -439,16 +446,17 @@ class Schedule:
     contention: np.ndarray
 
 
-def hideable(plan: Plan, lay: Layout, comp: Compute, comm: dict) -> dict:
+def hideable(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict) -> dict:
     """What each per-micro-batch class could hide at its overlap level [s]: behind the
     micro-batch's compute (ring attention behind the attention blocks only), never the
     part that must show. One layer's ZeRO/FSDP collectives show (the first gather, the
-    last reduce-scatter); tensor-parallel collectives overlap only with sequence
-    parallelism (Transformer Engine's userbuffers); pipeline sends only with virtual
-    stages (Megatron-Core's overlap_p2p_comm)."""
+    last reduce-scatter), and so do the interleaved schedule's handshakes. Tensor-parallel
+    collectives overlap only with sequence parallelism and inside one scale-up domain
+    (Transformer Engine's userbuffers work over NVLink only: te-userbuffers-domain);
+    pipeline sends only with virtual stages (Megatron-Core's overlap_p2p_comm)."""
     attention_window = lay.stage_layers * (3 + (plan.recompute == 2)) * comp.attention
-    can = {"tp": plan.sequence_parallel > 0, "pp": plan.interleave > 1}
-    shows = {"zero": comm["zero"] / lay.stage_layers}
+    can = {"tp": (plan.sequence_parallel > 0) & (plan.tp <= hw.scale_up_domain_size), "pp": plan.interleave > 1}
+    shows = {"zero": comm["zero"] / lay.stage_layers, "pp": handshakes(plan)}
     out = {}
     for x, time in comm.items():
         window = attention_window if x == "cp" else comp.per_microbatch
@@ -466,7 +474,7 @@ def schedule(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict, d
     each but one chunk (nemo-comm-overlap: 'exposes only one DP communication chunk')."""
     m, kappa = lay.micro_batches, hw.overlap_contention
     parts = dict(comm, offload=off.activation_transfer)
-    can = hideable(plan, lay, comp, parts)
+    can = hideable(plan, hw, lay, comp, parts)
     comm_mb = sum(parts.values())
     hidden = np.minimum(sum(can.values()), comp.per_microbatch)
     shorter = np.minimum(comp.per_microbatch, comm_mb)

@@ -31,6 +31,18 @@ point_to_point_time = Formula(
     "One message of S bytes between two devices.",
 )
 
+v_, tau_v = sym.interleave, sym.chunk_overhead
+
+interleave_handshakes = Formula(
+    "interleave_handshakes", "time",
+    2 * (v_ - 1) * tau_v,
+    "Qi et al. 2024 (Zero Bubble Pipeline Parallelism, ICLR), Tables 4, 5 and 9: Megatron-LM's "
+    "interleaved 1F1B, one layer per chunk, measured against its modelled bubble and sends",
+    "Per micro-batch, what a stage's v - 1 extra model chunks cost beyond their compute and "
+    "their sends: a forward and a backward pass through each, tau_v apiece (the wait on the "
+    "neighbouring stage and the launches around it). It cannot hide behind compute.",
+)
+
 ring_all_reduce_time = Formula(
     "ring_all_reduce_time", "time",
     a0 + 2 * (n - 1) * alpha + 2 * (n - 1) / n * S / (eta * beta),
