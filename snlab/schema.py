@@ -66,7 +66,7 @@ MODEL = {
             ("qk_rope_head_dim", "count", True), ("v_head_dim", "count", True),
             ("q_lora_rank", "count0", False)],
 }
-MODEL_FLAGS = ("gated_mlp", "biases", "tied_embeddings", "learned_positions")
+MODEL_FLAGS = ("gated_mlp", "biases", "tied_embeddings", "learned_positions", "dropout")
 STRINGS = {"device": {"": ("name", "kind", "description", "vendor", "family", "compute", "memory", "calibration")},
            "system": {"": ("name", "kind", "description", "device", "scale_up", "scale_out", "host",
                            "pool", "storage"),

@@ -105,7 +105,7 @@ class ModelSizes:
     ``mtp_modules`` multi-token-prediction modules (each one more transformer layer, a
     2h x h projection and the output head, on the last stage: ``mtp_matmul_params`` are
     their matrix weights); ``expert_groups`` / ``groups_per_token`` the group-limited
-    routing (0: none).
+    routing (0: none); ``dropout`` 1 if the model trains with dropout (its masks are kept).
     """
 
     layers: float
@@ -138,6 +138,7 @@ class ModelSizes:
     mtp_matmul_params: float = 0.0
     expert_groups: float = 0.0
     groups_per_token: float = 0.0
+    dropout: float = 0.0
 
 
 @lru_cache(maxsize=256)
@@ -186,6 +187,7 @@ def model_sizes(model: "Model") -> ModelSizes:
         router_width=float(moe.experts * moe_share if moe else 0.0),
         mtp_modules=float(model.mtp_modules), mtp_matmul_params=float(mtp),
         expert_groups=float(moe.expert_groups if moe else 0), groups_per_token=float(moe.groups_per_token if moe else 0),
+        dropout=float(model.dropout),
     )
 
 
@@ -196,7 +198,8 @@ def activation_widths(sizes: ModelSizes) -> dict:
                 head_dim=sizes.activation_head_dim, ffn_activation_width=sizes.ffn_activation_width,
                 mlp_matrices=sizes.mlp_matrices, query_width=sizes.query_width,
                 attention_output_width=sizes.attention_output_width, latent_width=sizes.latent_width,
-                routed_copies=sizes.routed_copies, router_width=sizes.router_width, logit_bytes=4.0)
+                routed_copies=sizes.routed_copies, router_width=sizes.router_width, dropout=sizes.dropout,
+                logit_bytes=4.0)
 
 
 def activation_bytes_per_layer(model: Model, *, seq_len=None, micro_batch=1, tp=1, sequence_parallel=0,

@@ -331,6 +331,7 @@ class Model:
     norm: str = "rmsnorm"
     tied_embeddings: bool = False
     learned_positions: bool = False
+    dropout: bool = False
     moe: MoE | None = None
     mla: MLA | None = None
     mtp_modules: int = 0
@@ -349,6 +350,7 @@ class Model:
             bias=int(self.biases), norm_params=2 if self.norm == "layernorm" else 1,
             embedding_copies=1 if self.tied_embeddings else 2,
             learned_positions=int(self.learned_positions),
+            dropout=int(self.dropout),
             dense_layers=moe.dense_layers if moe else self.layers,
             experts=moe.experts if moe else 0,
             experts_per_token=moe.experts_per_token if moe else 0,

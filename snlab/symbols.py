@@ -45,6 +45,7 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("norm_params", r"n_{norm}", "1", "parameters per hidden element of one norm: 2 LayerNorm, 1 RMSNorm, 0 to exclude", "nonneg_int"),
         ("embedding_copies", r"n_{emb}", "1", "embedding matrices: 1 tied, 2 untied", "int"),
         ("learned_positions", r"\lambda_{pos}", "1", "1 if absolute positions are learned (s x h parameters), else 0", "nonneg_int"),
+        ("dropout", r"\delta", "1", "1 if the model trains with dropout (its masks are kept for the backward pass), else 0", "nonneg_int"),
     ],
     "mixture of experts": [
         ("dense_layers", r"L_{d}", "1", "layers with a dense MLP (all layers for a dense model)", "nonneg_int"),

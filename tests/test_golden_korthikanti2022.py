@@ -14,7 +14,8 @@ s, b, h, a, t = sym.seq_len, sym.micro_batch, sym.hidden_size, sym.heads, sym.tp
 GPT_SHAPE = {sym.kv_heads: a, sym.head_dim: h / a, sym.mlp_matrices: 2,
              sym.ffn_activation_width: 4 * h, sym.activation_bytes: 2,   # 16-bit activations
              sym.query_width: h, sym.attention_output_width: h,         # a d_h = h
-             sym.latent_width: 0, sym.routed_copies: 0, sym.router_width: 0}   # no MLA, no experts
+             sym.latent_width: 0, sym.routed_copies: 0, sym.router_width: 0,   # no MLA, no experts
+             sym.dropout: 1}                                              # GPT trains with dropout
 
 # Table 2, activation bytes per transformer layer, as printed.
 TABLE_2 = [
@@ -45,7 +46,8 @@ def test_section_5_selective_recompute_saving(name, layers, hidden, heads, five_
     common = dict(seq_len=2048, micro_batch=1, hidden_size=hidden, heads=heads, tp=8,
                   kv_heads=heads, head_dim=hidden // heads, ffn_activation_width=4 * hidden,
                   mlp_matrices=2, sequence_parallel=1, activation_bytes=2, query_width=hidden,
-                  attention_output_width=hidden, latent_width=0, routed_copies=0, router_width=0, logit_bytes=4)
+                  attention_output_width=hidden, latent_width=0, routed_copies=0, router_width=0, logit_bytes=4,
+                  dropout=1)
     full = mw.activation_memory_per_layer(recompute=0, **common)
     selective = mw.activation_memory_per_layer(recompute=1, **common)
     assert 5 * heads * 2048 / hidden == five_as_over_h

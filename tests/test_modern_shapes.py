@@ -162,25 +162,27 @@ def test_deepseek_v3_moe_layer_activation_bytes():
     """One MoE layer of DeepSeek-V3 keeps, per token, in bf16 (2 bytes) unless stated,
     without recomputation, FlashAttention (no scores), no tensor parallelism:
 
-    kept whole (Korthikanti's 10 h bytes): two RMSNorm inputs 2 x 2h, the attention and
-    MoE inputs 2 x 2h, two dropout masks 2 x h                        = 10 x 7168 =  71,680
+    kept whole (Korthikanti's 10 h bytes less the two dropout masks, since DeepSeek-V3
+    trains without dropout): two RMSNorm inputs 2 x 2h, the attention and MoE inputs
+    2 x 2h                                                            =  8 x 7168 =  57,344
     latents: c_Q and its norm 2 x 1536, c_KV 512 and its norm, k_rope 64: 4,160 x 2 =   8,320
     router logits, fp32: 256 x 4                                                    =   1,024
     queries a (128 + 64) and output-projection input a 128: 40,960 x 2             =  81,920
     keys a (128 + 64) and values a 128: 40,960 x 2                                  =  81,920
     expert hidden tensors (gate, up, product) of 8 routed + 1 shared: 3 x 9 x 2048 x 2 = 110,592
     8 dispatched token copies and 8 expert outputs: 2 x 8 x 7168 x 2              = 229,376
-                                                                            total = 584,832
+                                                                            total = 570,496
     The dense formula with the expert width counted the queries and output as h wide and
     left out the copies: about half of this.
     """
     h, a, k, E, fe = 7168, 128, 8, 256, 2048
-    by_hand = 10 * h + 2 * 4160 + 4 * E + 2 * a * 320 + 2 * a * 320 + 2 * 3 * (k + 1) * fe + 2 * 2 * k * h
-    assert by_hand == 584_832
+    by_hand = 8 * h + 2 * 4160 + 4 * E + 2 * a * 320 + 2 * a * 320 + 2 * 3 * (k + 1) * fe + 2 * 2 * k * h
+    assert by_hand == 570_496
     got = mw.activation_memory_per_layer(
         seq_len=1, micro_batch=1, hidden_size=h, heads=a, kv_heads=a, head_dim=160, tp=1, sequence_parallel=0,
         recompute=1, activation_bytes=2, logit_bytes=4, ffn_activation_width=(k + 1) * fe, mlp_matrices=3,
-        query_width=a * 192, attention_output_width=a * 128, latent_width=4160, routed_copies=k, router_width=E)
+        query_width=a * 192, attention_output_width=a * 128, latent_width=4160, routed_copies=k, router_width=E,
+        dropout=0)
     assert got == by_hand
     # the model's average layer mixes in the 3 dense layers
     average = activation_bytes_per_layer(snlab.model("deepseek-v3"), seq_len=1, recompute=1)
@@ -192,3 +194,28 @@ def test_dense_models_keep_korthikanti_s_34_bytes_per_hidden_unit():
     model = snlab.model("megatron-22b")
     per_token = activation_bytes_per_layer(model, seq_len=1, recompute=1)
     assert per_token == 34 * model.hidden_size
+
+
+def test_models_trained_without_dropout_keep_no_masks():
+    """Llama 3 8B (no dropout), per token and layer, bf16, no tensor parallelism, the
+    scores left to FlashAttention:
+
+    two RMSNorm inputs and the attention and MLP inputs 4 x 2h             =  32,768
+    queries a d_h = 4096 and the output-projection input 4096: 2 x 2 x 4096 =  16,384
+    keys and values 2 a_kv d_h = 2 x 8 x 128, x 2 bytes                    =   4,096
+    gate, up and product of the SwiGLU MLP 3 x 14336 x 2                   =  86,016
+                                                                   total = 139,264
+    With dropout the two masks (1 byte per hidden unit each) would add 2h; with the scores
+    materialised a model with dropout keeps 5 a s^2 bytes per sequence, one without 2 a s^2
+    (the softmax output alone)."""
+    model = snlab.model("llama3-8b")
+    assert model.dropout is False
+    by_hand = 4 * 2 * 4096 + 2 * 2 * 4096 + 2 * 8 * 128 * 2 + 3 * 14336 * 2
+    assert by_hand == 139_264
+    assert activation_bytes_per_layer(model, seq_len=1, recompute=1) == by_hand
+    masked = model.replace(dropout=True)
+    assert activation_bytes_per_layer(masked, seq_len=1, recompute=1) == by_hand + 2 * 4096
+    s, a = 1024, model.heads
+    scores = {m.dropout: activation_bytes_per_layer(m, seq_len=s, recompute=0)
+              - activation_bytes_per_layer(m, seq_len=s, recompute=1) for m in (model, masked)}
+    assert scores == {False: 2 * a * s**2, True: 5 * a * s**2}

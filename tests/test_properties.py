@@ -84,11 +84,18 @@ def test_memory_parts_add_up_and_zero_never_grows(P, z, d, qg, qo):
 
 @settings(max_examples=200, deadline=None)
 @given(s=st.integers(128, 32768), b=st.integers(1, 16), a=st.sampled_from([8, 32, 64, 128]),
-       t=st.sampled_from([1, 2, 4, 8]), sp_=st.integers(0, 1))
-def test_recomputation_never_stores_more(s, b, a, t, sp_):
+       t=st.sampled_from([1, 2, 4, 8]), sp_=st.integers(0, 1), dropout=st.integers(0, 1))
+def test_recomputation_never_stores_more(s, b, a, t, sp_, dropout):
     h = a * 128
     kw = dict(seq_len=s, micro_batch=b, hidden_size=h, heads=a, tp=t, kv_heads=a, head_dim=128,
               ffn_activation_width=4 * h, mlp_matrices=2, sequence_parallel=sp_, activation_bytes=2,
               query_width=h, attention_output_width=h, latent_width=0, routed_copies=0, router_width=0, logit_bytes=4)
-    none, sel, full = (mw.activation_memory_per_layer(recompute=r, **kw) for r in (0, 1, 2))
+    none, sel, full = (mw.activation_memory_per_layer(recompute=r, dropout=dropout, **kw) for r in (0, 1, 2))
     assert full <= sel <= none
+    # dropout only adds masks (and the scores' dropout output), never takes a byte away;
+    # full recomputation keeps the layer input alone, with or without them
+    with_masks = mw.activation_memory_per_layer(recompute=0, dropout=1, **kw)
+    without = mw.activation_memory_per_layer(recompute=0, dropout=0, **kw)
+    assert without < with_masks
+    assert mw.activation_memory_per_layer(recompute=2, dropout=1, **kw) == \
+        mw.activation_memory_per_layer(recompute=2, dropout=0, **kw)

@@ -71,21 +71,24 @@ qa, ql = sym.activation_bytes, sym.logit_bytes
 
 wq, wo, wc = sym.query_width, sym.attention_output_width, sym.latent_width
 kr, Er, rp, Ls, m = sym.routed_copies, sym.router_width, sym.stage_rank, sym.stage_layers, sym.micro_batches
+dr = sym.dropout
 
 # Korthikanti Sec. 4.1, per layer, with q_a bytes per activation element (2: 16-bit) and
 # q_a / 2 per dropout-mask element (1 byte), generalised to the real tensor widths.
 # Kept whole under plain tensor parallelism: two LayerNorm inputs, the attention and MLP
-# inputs (4 elements per token and hidden unit) and two dropout masks (2 half elements):
+# inputs (4 elements per token and hidden unit) and, when the model trains with dropout
+# (delta = 1), the masks of the attention and MLP output dropouts (2 half elements):
 # 10 s b h bytes at q_a = 2; latent attention's compressed query and key/value and their
 # normalised copies (w_c); the router's fp32 logits (E_r);
-_replicated = qa * s * b * (5 * h + wc) + ql * s * b * Er
+_replicated = qa * s * b * ((4 + dr) * h + wc) + ql * s * b * Er
 # split by tensor parallelism: Q (w_q), K and V (2 a_kv d_h), the output-projection input
 # (w_o), the MLP's hidden tensors n_mlp f (GeLU input and output for f = 4h; gate, up and
 # product for SwiGLU), and on MoE layers the k dispatched copies of the token and the k
 # expert outputs before they are combined (2 k_r h): 24 s b h bytes for GPT at q_a = 2;
 _split = qa * s * b * (wq + wo + 2 * akv * dh + nmlp * fact + 2 * kr * h)
-# attention scores: softmax output a s^2 b, its dropout mask (half), dropout output.
-_scores = sp.Rational(5, 2) * qa * a * s**2 * b
+# attention scores: the softmax output a s^2 b; with dropout also its mask (half) and the
+# dropout output, which the product with V keeps instead of the softmax output.
+_scores = (1 + sp.Rational(3, 2) * dr) * qa * a * s**2 * b
 
 activation_memory_per_layer = Formula(
     "activation_memory_per_layer", "activation_memory",
@@ -95,13 +98,16 @@ activation_memory_per_layer = Formula(
         (_replicated / t**sigma + (_split + _scores) / t, True),
     ),
     "Korthikanti 2022 Table 2 and Sec. 4.1: s b h (34 + 5 a s / h) without parallelism, at q_a = 2 "
-    "(w_q = w_o = h, no latents, no experts); the tensors each term counts, at the model's real widths",
+    "(w_q = w_o = h, no latents, no experts, dropout); the tensors each term counts, at the model's "
+    "real widths",
     "Activation bytes one layer keeps for one micro-batch. r = 0: everything "
     "(s b h (10 + 24/t + 5 a s/(h t)) for GPT, or s b h (34 + 5 a s/h)/t with sequence "
-    "parallelism); r = 1 (selective): without the 5 a s^2 b attention-score term; "
-    "r = 2 (full): only the layer input 2 s b h (/t with sequence parallelism). Latent "
-    "attention keeps its wider queries (a 192 for DeepSeek-V3), keys, values and output "
-    "(a 128), and its latents; a MoE layer keeps its k dispatched token copies and k "
+    "parallelism); r = 1 (selective): without the attention-score term; "
+    "r = 2 (full): only the layer input 2 s b h (/t with sequence parallelism). A model "
+    "trained without dropout (delta = 0: Llama, Mixtral, Qwen3, DeepSeek-V3, MPT) keeps "
+    "no masks: 2 s b h fewer bytes, and 2 a s^2 b instead of 5 a s^2 b for the scores. "
+    "Latent attention keeps its wider queries (a 192 for DeepSeek-V3), keys, values and "
+    "output (a 128), and its latents; a MoE layer keeps its k dispatched token copies and k "
     "expert outputs.",
 )
 
