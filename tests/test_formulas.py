@@ -16,7 +16,7 @@ ALL = formulas()
 # Representative exact inputs: integers for counts, fractions for efficiencies.
 SAMPLE = {
     "zero_stage": 2, "recompute": 1, "sequence_parallel": 1, "interleave": 2,
-    "bias": 1, "learned_positions": 1, "mlp_matrices": 3, "norm_params": 2,
+    "bias": 1, "learned_positions": 1, "dropout": 1, "mlp_matrices": 3, "norm_params": 2,
     "embedding_copies": 2, "q_lora_rank": 1536, "dense_layers": 3, "layers": 61,
     "gemm_efficiency": sp.Rational(4, 5), "memory_efficiency": sp.Rational(9, 10),
     "sustained_clock": sp.Rational(4, 5), "link_efficiency": sp.Rational(3, 4),

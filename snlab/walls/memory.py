@@ -86,8 +86,9 @@ _replicated = qa * s * b * ((4 + dr) * h + wc) + ql * s * b * Er
 # product for SwiGLU), and on MoE layers the k dispatched copies of the token and the k
 # expert outputs before they are combined (2 k_r h): 24 s b h bytes for GPT at q_a = 2;
 _split = qa * s * b * (wq + wo + 2 * akv * dh + nmlp * fact + 2 * kr * h)
-# attention scores: the softmax output a s^2 b; with dropout also its mask (half) and the
-# dropout output, which the product with V keeps instead of the softmax output.
+# attention scores: the softmax output a s^2 b (its own backward and, without dropout, the
+# product with V need it); with dropout also the mask (half) and the dropout output, which
+# the product with V keeps in addition.
 _scores = (1 + sp.Rational(3, 2) * dr) * qa * a * s**2 * b
 
 activation_memory_per_layer = Formula(
