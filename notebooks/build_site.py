@@ -24,6 +24,8 @@ from pathlib import Path
 
 import nbformat
 
+from snlab.files import interruptible, write_text
+
 HERE = Path(__file__).resolve().parent
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -155,15 +157,12 @@ def build(paths: list[Path], out: Path) -> list[Path]:
     for path in paths:
         nb = make_static(execute(path))
         page = out / f"{path.stem}.html"
-        tmp = page.with_suffix(".html.tmp")
-        tmp.write_text(to_html(nb), encoding="utf-8")
-        tmp.replace(page)
+        write_text(page, to_html(nb))
         pages.append((page.name, title_of(nb, path)))
         written.append(page)
         print(f"site: wrote {page}")
-    (out / "index.html").write_text(index_page(pages), encoding="utf-8")
-    (out / "lessons.json").write_text(json.dumps([{"page": p, "title": t} for p, t in pages], indent=1),
-                                      encoding="utf-8")
+    write_text(out / "index.html", index_page(pages))
+    write_text(out / "lessons.json", json.dumps([{"page": p, "title": t} for p, t in pages], indent=1))
     print(f"site: wrote {out / 'index.html'}")
     return written
 
@@ -179,4 +178,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interruptible(main, "make site")())

@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).parent
 
 #: the layers, bottom first, each with its rooms and what a contributor puts there
 LAYERS = (
-    ("foundations", ("errors", "units", "symbols", "formula"), "errors, unit conversion, the nomenclature, Formula"),
+    ("foundations", ("errors", "units", "symbols", "formula", "files"),
+     "errors, unit conversion, the nomenclature, Formula, whole-file writes"),
     ("walls", ("walls", "sizing"), "the three walls (and serving) as sympy formulas, one module each; a "
                                     "model's sizes from them"),
     ("presets", ("schema", "specs", "presets"), "preset data, its schema, frozen objects"),

@@ -116,13 +116,19 @@ def plan_tooltip(frame: pd.DataFrame, exclude=()) -> list:
 
 def save(chart: alt.TopLevelMixin, path, scale: float = 2.0) -> None:
     """Write ``chart`` as PNG, SVG, PDF or self-contained HTML (by suffix), offline
-    through vl-convert: no browser, no CDN."""
+    through vl-convert: no browser, no CDN. The file is written whole (a temporary file,
+    then a rename): an interrupted save leaves the old file or none, never part of one."""
+    import io
     from pathlib import Path
+
+    from .files import write_bytes
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".png":
-        chart.save(str(path), scale_factor=scale)
-    elif path.suffix == ".html":
-        chart.save(str(path), inline=True)
-    else:
-        chart.save(str(path))
+    fmt = path.suffix.lstrip(".")
+    if fmt not in ("png", "svg", "pdf", "html"):
+        from .errors import SnlabError
+        raise SnlabError("path", f"got a file ending {path.suffix!r}", ".png, .svg, .pdf or .html")
+    buffer = io.BytesIO() if fmt in ("png", "pdf") else io.StringIO()
+    options = {"png": dict(scale_factor=scale), "html": dict(inline=True)}.get(fmt, {})
+    chart.save(buffer, format=fmt, **options)
+    data = buffer.getvalue()
+    write_bytes(path, data if isinstance(data, bytes) else data.encode("utf-8"))

@@ -17,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 
+from .files import interruptible, write_text
+
 
 def blocks() -> dict[str, str]:
     """Each generated block's Markdown, by marker name."""
@@ -46,7 +48,7 @@ def bands_path() -> Path:
     return DATA / "error_bands.toml"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snlab.docs", description=__doc__.splitlines()[0])
     parser.add_argument("--readme", default="README.md")
     parser.add_argument("--check", action="store_true", help="only check; exit 1 if a block is out of date")
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error bands are out of date: run python -m snlab.docs")
         return 1
     if bands_new != bands_old:
-        bands_path().write_text(bands_new, encoding="utf-8")
+        write_text(bands_path(), bands_new)
         uncertainty.reload()
     path = Path(args.readme)
     old = path.read_text(encoding="utf-8")
@@ -67,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print("README is up to date" if new == old else "README is out of date: run python -m snlab.docs")
         return 0 if new == old else 1
-    path.write_text(new, encoding="utf-8")
+    write_text(path, new)
     return 0
+
+
+main = interruptible(_main, "python -m snlab.docs")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from . import charts, compare
+from .files import interruptible
 from .compare import CLUSTER, SCALE_MODELS, SUPERNODE
 
 DEFAULT_OUT = Path("notebooks") / "figures"            # relative to the working directory (the repo root)
@@ -60,7 +61,7 @@ def export(out=DEFAULT_OUT, formats=("png",), scale: float = 2.0) -> list[Path]:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snlab.figures", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="folder to write to (default: notebooks/figures)")
     parser.add_argument("--format", action="append", choices=["png", "svg", "pdf", "html"],
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     for path in export(args.out, tuple(args.format or ["png"]), args.scale):
         print(path)
     return 0
+
+
+main = interruptible(_main, "python -m snlab.figures")
 
 
 if __name__ == "__main__":

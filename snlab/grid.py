@@ -25,8 +25,11 @@ MAX_ROWS = 4_000_000
 
 
 def axis_values(name: str, value) -> list | np.ndarray:
-    """An axis as a list of values (a scalar is a one-value axis); a numeric numpy
-    array stays an array. Arrays must be one-dimensional."""
+    """An axis as a list of values (a scalar is a one-value axis, a numpy array of no
+    dimensions a scalar); a numeric numpy array stays an array. Arrays must be
+    one-dimensional."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return [value.item()]
     if isinstance(value, np.ndarray):
         if value.ndim > 1:
             raise SnlabError(name, f"got an array of shape {value.shape}", "a scalar or a one-dimensional list")
@@ -45,6 +48,41 @@ def is_number(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
+def finite(v) -> bool:
+    """Whether ``v`` is a real number (not a flag) that is finite as a float: NaN,
+    infinities and integers too large for a float are not."""
+    if not is_number(v):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def show(v) -> str:
+    """A value as a message quotes it: an integer too long to read by its digits."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and abs(int(v)) >= 10**16:
+        return f"an integer of {len(str(abs(int(v))))} digits"
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return show(v.item())
+    return repr(v.item() if isinstance(v, np.generic) else v)
+
+
+def unwrap(v):
+    """A numpy array of no dimensions as the number it holds; anything else as it is."""
+    return v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v
+
+
+def whole_number(name: str, v, low: float, high: float, allowed: str | None = None) -> int:
+    """``v`` as an int, when it is a whole number from ``low`` to ``high`` (a numpy
+    scalar or a 0-d array counts); anything else, NaN, infinities and huge integers
+    included, raises naming ``name`` and the range."""
+    v = unwrap(v)
+    if not finite(v) or v != round(v) or not low <= v <= high:
+        raise SnlabError(name, f"got {show(v)}", allowed or f"a whole number from {low:,.0f} to {high:,.0f}")
+    return int(v)
+
+
 def numbers(name: str, values, allowed: str, dimension: str | None = None) -> np.ndarray:
     """A numeric axis as float64, each value a finite number; with a physical
     ``dimension`` strings such as ``"400 Gb/s"`` are read and the range checked."""
@@ -58,8 +96,8 @@ def numbers(name: str, values, allowed: str, dimension: str | None = None) -> np
             if isinstance(v, str) and dimension is not None:
                 unit_dim = {"bytes0": "bytes", "fraction0": "1", "count": "count", "factor": "1"}.get(dimension, dimension)
                 v = parse_quantity(v, unit_dim, name)[0]
-            if not is_number(v) or not math.isfinite(v):
-                raise SnlabError(name, f"got {v!r}", allowed)
+            if not finite(v):
+                raise SnlabError(name, f"got {show(v)}", allowed)
             out[i] = float(v)
     if dimension is not None:
         schema.check_values(out, dimension, name)
@@ -91,8 +129,9 @@ def flags(name: str, values) -> np.ndarray:
 
 
 def check_size(axes: Mapping[str, Sequence], *, limit: int = MAX_ROWS, extra: int = 1) -> int:
-    """The number of configurations of the product of ``axes`` (times ``extra``);
-    refuses a product larger than ``limit`` with a message that says how large it is."""
+    """The number of configurations of the product of ``axes`` (times ``extra``), lists
+    of models, systems and precisions included when they are axes; refuses a product
+    larger than ``limit`` with a message that says how large it is and how to split it."""
     size = extra
     for values in axes.values():
         size *= len(values)
@@ -100,7 +139,7 @@ def check_size(axes: Mapping[str, Sequence], *, limit: int = MAX_ROWS, extra: in
         longest = sorted(axes, key=lambda k: -len(axes[k]))[:3]
         raise SnlabError("sweep", f"{size:,} configurations, more than one call evaluates at once ({limit:,})",
                          "fewer values on the longest axes (" + ", ".join(f"{k}: {len(axes[k]):,}" for k in longest)
-                         + "), or a loop over one of them")
+                         + f"), or a loop over one of them with at most {limit:,} configurations a call")
     return size
 
 

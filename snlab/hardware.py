@@ -207,20 +207,33 @@ def _numpy_scalars(hw: Hardware) -> Hardware:
     return dataclasses.replace(hw, **{f.name: np.float64(getattr(hw, f.name)) for f in dataclasses.fields(hw)})
 
 
+#: where each hardware field comes from in a preset: (schema table, section, field);
+#: ``pool_capacity`` is the domain's pool over its devices, in the pool's dimension
+PRESET_FIELDS = {
+    **{f"{level}_{f}": ("system", level, f) for level in ("scale_up", "scale_out")
+       for f in ("bandwidth", "latency", "efficiency", "call_latency", "ep_dispatch_efficiency",
+                 "ep_combine_efficiency", "ep_bulk_efficiency")},
+    "scale_up_domain_size": ("system", "scale_up", "domain_size"),
+    "scale_up_node_latency": ("system", "scale_up", "node_latency"),
+    **{f"host_{f}": ("system", "host", f) for f in ("bandwidth", "capacity", "latency", "memory_bandwidth")},
+    **{f"pool_{f}": ("system", "pool", f) for f in ("bandwidth", "capacity", "latency")},
+    "pool_domain_capacity": ("system", "pool", "capacity"),
+    **{f"storage_{f}": ("system", "storage", f) for f in ("bandwidth", "latency", "capacity")},
+    "devices_per_node": ("system", "", "devices_per_node"),
+    "peak_flops": ("device", "compute", "bf16"), "dies": ("device", "", "dies"),
+    "hbm_bandwidth": ("device", "memory", "hbm_bandwidth"), "hbm_capacity": ("device", "memory", "hbm_capacity"),
+    **{f: ("device", "calibration", f) for f in ("gemm_efficiency", "memory_efficiency", "sustained_clock",
+                                                 "decode_attention_efficiency", "memory_reserve",
+                                                 "allocator_efficiency", "overlap_contention",
+                                                 "flash_attention_efficiency")},
+}
+
+
 def field_dimension(name: str) -> str:
     """The dimension of a hardware field, as :func:`snlab.schema.check_range` takes it:
-    capacities may be 0 (no such tier), expert-kernel and decode-attention
-    efficiencies may be 0 (not measured: the fallback applies)."""
-    if name.endswith("domain_size") or name in ("dies", "devices_per_node"):
-        return "count"
-    if name.endswith("capacity") or name == "memory_reserve":
-        return "bytes0"
-    if name.endswith("bandwidth"):
-        return "bytes/s"
-    if name.endswith("latency"):
-        return "s"
-    if name == "peak_flops":
-        return "FLOP/s"
-    if "ep_" in name or name in ("decode_attention_efficiency", "overlap_contention", "flash_attention_efficiency"):
-        return "fraction0"
-    return "1"
+    the preset field's own (:data:`PRESET_FIELDS`, :mod:`snlab.schema`), so that a value
+    is held to one range in a preset file, a sweep axis and a command-line flag."""
+    from . import schema
+    table, section, field = PRESET_FIELDS[name]
+    spec = (schema.SYSTEM if table == "system" else schema.DEVICE)[section]
+    return next(d for f, d, _ in spec if f == field)

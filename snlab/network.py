@@ -27,43 +27,62 @@ from .walls import serving as sv
 EP_KERNELS = {"dispatch": "ep_dispatch_efficiency", "combine": "ep_combine_efficiency", "bulk": "ep_bulk_efficiency"}
 
 
+def per_domain(stride, hw: Hardware):
+    """Members of a group ``stride`` ranks apart that one scale-up domain can hold (at
+    least one: members farther apart than a domain sit on a domain each)."""
+    return np.maximum(np.floor(hw.scale_up_domain_size / stride), 1.0)
+
+
 def split(n, stride, hw: Hardware):
-    """Members of a group per scale-up domain (n1) and domains spanned (n2).
+    """Members of a group per scale-up domain (n1) and domains spanned (n2) as the
+    domain places it when every domain holds an equal share: n1 is the largest divisor
+    of n that one domain holds (:func:`per_domain`). A domain of 6 holds a group of 8 as
+    4 + 4, not 6 + 2: a scheduler gives each domain the same share, so that every member
+    has a peer in the other domains to send its share to (rails)."""
+    shares = None
+    for fits, n1, _ in placements(n, stride, hw):
+        shares = n1 if shares is None else where(fits, n1, shares)
+    return shares, n / shares
 
-    Members sit ``stride`` ranks apart; a domain holds ``scale_up_domain_size`` ranks.
-    """
-    per_domain = np.maximum(np.floor(hw.scale_up_domain_size / stride), 1.0)
-    n1 = np.minimum(n, per_domain)
-    n2 = np.ceil(n / n1)
-    return n1, n2
+
+_DIVISORS: dict[int, tuple[float, ...]] = {}
 
 
-def views(n, stride, hw: Hardware):
+def divisors(n: int) -> tuple[float, ...]:
+    """The divisors of the whole number ``n`` in increasing order, as floats (kept once found)."""
+    found = _DIVISORS.get(n)
+    if found is None:
+        import sympy
+        found = _DIVISORS[n] = tuple(float(d) for d in sympy.divisors(n))
+    return found
+
+
+def placements(n, stride, hw: Hardware):
     """Every way a group of n members ``stride`` ranks apart may sit on the levels, as
-    (n1, n2) pairs: as the scale-up domain places it (:func:`split`), then as it would
-    sit on domains of one node, two nodes, four ... up to the domain. A collective
-    library may leave part of a domain to the scale-out network: NCCL with
-    NCCL_MNNVL_ENABLE=0 runs a GB200 NVL72 as eighteen trays over InfiniBand, and a
-    two-level ring moves less over the scale-up links (a node's 1/n1 share crosses the
-    NICs in parallel). Pricing a collective at its fastest view means a larger domain
-    never forces a slower one."""
-    yield split(n, stride, hw)
-    domain, node = np.asarray(hw.scale_up_domain_size), np.asarray(hw.devices_per_node)
-    widest = float(np.max(domain / np.maximum(node, 1.0)))
-    k = 0
-    while 2 ** k < widest:
-        size = np.minimum(np.maximum(node, 1.0) * 2 ** k, domain)
-        n1 = np.minimum(n, np.maximum(np.floor(size / stride), 1.0))
-        yield n1, np.ceil(n / n1)
-        k += 1
+    (fits, n1, n2) triples in increasing n1: n1 members in each of n2 = n / n1 domains,
+    for every n1 that divides n; ``fits`` says, row by row, whether a domain holds n1
+    members (:func:`per_domain`). The first, a member per domain, always fits. A
+    scheduler may place a group on fewer devices per domain than the domain could hold,
+    and a collective library may leave part of a domain to the scale-out network (NCCL
+    with NCCL_MNNVL_ENABLE=0 runs a GB200 NVL72 as eighteen trays over InfiniBand): a
+    two-level collective moves less over the scale-up links (each member's 1/n1 share
+    crosses the NICs in parallel). A larger domain only adds placements, so pricing at
+    the fastest placement means a larger domain is never slower."""
+    yield True, 1.0, n
+    cap = per_domain(stride, hw)
+    sizes = np.unique(np.asarray(n, dtype=float))
+    sizes = sizes[np.isfinite(sizes) & (sizes == np.round(sizes)) & (np.abs(sizes) <= MAX_GROUP)]
+    top = float(np.max(cap))
+    for n1 in sorted({d for v in sizes for d in divisors(int(v))[1:] if d <= top}):
+        yield (np.mod(n, n1) == 0) & (n1 <= cap), n1, n / n1
 
 
 def fastest(price, n, stride, hw: Hardware):
-    """The lowest of ``price(n1, n2)`` over the group's :func:`views`."""
+    """The lowest of ``price(n1, n2)`` over the group's :func:`placements`."""
     best = None
-    for n1, n2 in views(n, stride, hw):
+    for fits, n1, n2 in placements(n, stride, hw):
         t = price(n1, n2)
-        best = t if best is None else np.minimum(best, t)
+        best = t if best is None else where(fits, np.minimum(best, t), best)
     return best
 
 
@@ -145,7 +164,7 @@ def one_shot_all_to_all(S_in, S_out, n1, n2, hw: Hardware, kernel: str | None = 
 
 
 def expert_calls(tokens, experts_per_token, hidden, ep, dispatch_bytes, hw: Hardware, bulk, stride=1.0,
-                 domain_cap=None):
+                 domain_cap=None, as_placed=False):
     """Seconds of one expert dispatch and one combine (one MoE layer, one micro-batch)
     when each of ``ep`` devices sends ``tokens`` tokens of ``hidden`` elements to their
     tokens' ``experts_per_token`` experts.
@@ -157,11 +176,32 @@ def expert_calls(tokens, experts_per_token, hidden, ep, dispatch_bytes, hw: Hard
     device's sibling dies stay on the package, so the remote share is counted in
     devices (packages), not ranks. The expert group's members sit ``stride`` ranks
     apart; ``domain_cap`` bounds the remote domains a token reaches (group-limited
-    routing: DeepSeek-V3 sends a token to at most 4 nodes). Unlike the collectives, the
-    group sits as the domain places it: the expert kernels measured (DeepEP, Zuo et al.)
-    keep traffic inside a domain on the scale-up links.
+    routing: DeepSeek-V3 sends a token to at most 4 nodes). The expert kernels measured
+    (DeepEP, Zuo et al.) keep a domain's traffic on its scale-up links; the group is
+    priced at its fastest :func:`placements` (the same for dispatch and combine), so a
+    domain that grows to hold the whole group never makes the exchange slower; with
+    ``as_placed`` at the placement the domain gives it (:func:`split`), as the kernels'
+    microbenchmarks ran.
     """
-    n1, n2 = split(ep, stride, hw)
+    if as_placed:
+        n1, n2 = split(ep, stride, hw)
+        return _expert_calls_on(n1, n2, tokens, experts_per_token, hidden, dispatch_bytes, hw, bulk, stride,
+                                domain_cap)
+    best = None
+    for fits, n1, n2 in placements(ep, stride, hw):
+        disp, comb = _expert_calls_on(n1, n2, tokens, experts_per_token, hidden, dispatch_bytes, hw, bulk, stride,
+                                      domain_cap)
+        if best is None:
+            best = disp + comb, disp, comb
+        else:
+            better = fits & (disp + comb < best[0])
+            best = tuple(where(better, new, old) for new, old in zip((disp + comb, disp, comb), best))
+    return best[1:]
+
+
+def _expert_calls_on(n1, n2, tokens, experts_per_token, hidden, dispatch_bytes, hw: Hardware, bulk, stride,
+                     domain_cap):
+    """:func:`expert_calls` with the expert group placed as n1 members in each of n2 domains."""
     sent = tokens * experts_per_token * hidden     # (token, expert) copies per device, in elements
     inner = sent * (n1 - 1) / where(bulk, n1, n1 * n2)
     if bulk:
@@ -200,7 +240,7 @@ def expert_all_to_all_time(system, *, ranks: int, tokens_per_rank: float = 128, 
     devices = ranks / hw.dies
     q_dispatch = 1.0 if dispatch_bytes <= 1 else ACTIVATION_BYTES   # 8-bit, else 16-bit
     disp, comb = expert_calls(tokens_per_rank * hw.dies, experts_per_token, hidden, np.asarray(float(devices)),
-                              q_dispatch, hw, prefill)
+                              q_dispatch, hw, prefill, as_placed=True)
     return float(disp if collective == "dispatch" else comb)
 
 
@@ -218,15 +258,16 @@ def collective_time(system, op: str, message_bytes: float, devices: int) -> floa
     as nccl-tests counts it. A group that spans scale-up domains pays the two-level
     collective: each step's latency on its own level, the data at the slower level's pace."""
     from .errors import SnlabError
-    from .grid import is_number
+    from .grid import finite, show, unwrap, whole_number
     from .hardware import hardware
     from .presets import system as load_system
     if op not in COLLECTIVES:
         raise SnlabError("op", f"got {op!r}", ", ".join(COLLECTIVES))
-    if not is_number(message_bytes) or not 0 < message_bytes <= MAX_MESSAGE_BYTES:
-        raise SnlabError("message_bytes", f"got {message_bytes!r}", f"a number of bytes > 0 and <= {MAX_MESSAGE_BYTES:g}")
-    if not is_number(devices) or devices != int(devices) or not 2 <= devices <= MAX_GROUP:
-        raise SnlabError("devices", f"got {devices!r}", f"a whole number of devices from 2 to {MAX_GROUP:,}")
+    message_bytes = unwrap(message_bytes)
+    if not finite(message_bytes) or not 0 < message_bytes <= MAX_MESSAGE_BYTES:
+        raise SnlabError("message_bytes", f"got {show(message_bytes)}",
+                         f"a number of bytes > 0 and at most {MAX_MESSAGE_BYTES:.0e}")
+    devices = whole_number("devices", devices, 2, MAX_GROUP, f"a whole number of devices from 2 to {MAX_GROUP:,}")
     hw = hardware(load_system(system))
     S, n = np.asarray(float(message_bytes)), np.asarray(float(devices))
     op_fn = {"all-reduce": all_reduce, "reduce-scatter": reduce_scatter, "all-gather": reduce_scatter,

@@ -26,6 +26,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from .files import write_text
+
 ENV = "SNLAB_OFFLINE"
 _FALSE = {"0", "false", "no", "off"}
 _state = {"offline": False}
@@ -77,10 +79,7 @@ def _bundle_jupyterchart() -> None:
             alt.JupyterChart._is_offline = True
             return
         alt.JupyterChart.enable_offline(True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(alt.JupyterChart._esm, encoding="utf-8")
-        tmp.replace(path)
+        write_text(path, alt.JupyterChart._esm)
     except OSError:
         alt.JupyterChart.enable_offline(True)
 

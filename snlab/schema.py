@@ -35,22 +35,22 @@ DEVICE = {
     "compute": [(p, "FLOP/s", p == "bf16") for p in PRECISIONS],
     "memory": [("hbm_capacity", "bytes", True), ("hbm_bandwidth", "bytes/s", True)],
     "calibration": [("gemm_efficiency", "1", True), ("memory_efficiency", "1", True),
-                    ("sustained_clock", "1", False), ("decode_attention_efficiency", "1", False),
+                    ("sustained_clock", "1", False), ("decode_attention_efficiency", "fraction0", False),
                     ("memory_reserve", "bytes0", True), ("allocator_efficiency", "1", True),
-                    ("overlap_contention", "fraction0", True), ("gemm_efficiency_fp8", "1", False),
-                    ("flash_attention_efficiency", "1", False)],
+                    ("overlap_contention", "fraction0", True), ("gemm_efficiency_fp8", "fraction0", False),
+                    ("flash_attention_efficiency", "fraction0", False)],
 }
 LEVEL = [("bandwidth", "bytes/s", True), ("latency", "s", True), ("efficiency", "1", True),
-         ("call_latency", "s", False), ("node_latency", "s", False), ("ep_dispatch_efficiency", "1", False),
-         ("ep_combine_efficiency", "1", False), ("ep_bulk_efficiency", "1", False)]
+         ("call_latency", "s", False), ("node_latency", "s", False), ("ep_dispatch_efficiency", "fraction0", False),
+         ("ep_combine_efficiency", "fraction0", False), ("ep_bulk_efficiency", "fraction0", False)]
 SYSTEM = {
     "": [("devices_per_node", "count", True), ("max_devices", "count", False)],
     "scale_up": [("domain_size", "count", True)] + LEVEL,
     "scale_out": LEVEL,
-    "host": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes", True),
+    "host": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes0", True),
              ("memory_bandwidth", "bytes/s", True)],
-    "pool": [("capacity", "bytes", True), ("bandwidth", "bytes/s", True), ("latency", "s", True)],
-    "storage": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes", True)],
+    "pool": [("capacity", "bytes0", True), ("bandwidth", "bytes/s", True), ("latency", "s", True)],
+    "storage": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes0", True)],
 }
 OPTIONAL_SECTIONS = {"pool", "storage", "moe", "mla"}
 MODEL = {
@@ -77,6 +77,12 @@ TABLES = {"device": DEVICE, "system": SYSTEM, "model": MODEL}
 _SI = {"bytes": "B", "bytes0": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
 
 
+def _quantity(x: float, dimension: str) -> str:
+    """A bound in words: '1 MB', '10 PB/s', '1 GFLOP/s'."""
+    from .units import fmt_quantity
+    return fmt_quantity(x, dimension)
+
+
 def describe(dimension: str) -> str:
     """What a field of ``dimension`` accepts, in words."""
     top = UPPER.get(dimension, float("inf"))
@@ -86,13 +92,12 @@ def describe(dimension: str) -> str:
     if dimension in fixed:
         return fixed[dimension]
     if dimension in ("count", "count0"):
-        return f"a whole number from {1 if dimension == 'count' else 0} to {top:.0e}"
+        return f"a whole number from {1 if dimension == 'count' else 0} to {top:,.0f}"
     if dimension == "bytes0":
-        return f"0 (none) or a capacity from {LOWER['bytes0']:g} to {top:g} B"
+        return f"0 (none) or a capacity from {_quantity(LOWER['bytes0'], 'bytes')} to {_quantity(top, 'bytes')}"
     if dimension in LOWER:
-        return (f"a quantity from {LOWER[dimension]:g} to {top:g} {_SI.get(dimension, dimension)}, "
-                f"in a unit of {dimension}")
-    return f"a quantity > 0 and <= {top:g} {_SI.get(dimension, dimension)}, in a unit of {dimension}"
+        return f"a quantity from {_quantity(LOWER[dimension], dimension)} to {_quantity(top, dimension)}"
+    return f"a quantity > 0 and at most {_quantity(top, dimension)}"
 
 
 def check_range(x, dimension: str, field: str) -> None:

@@ -44,6 +44,21 @@ class Band:
                 f"{1 / self.high:.0%} to {1 / self.low:.0%} of the predicted speed")
 
 
+def columns(band: Band, values, kind: str = "speed") -> tuple:
+    """The band's bounds of a column of predicted speeds (``kind="speed"``) or times
+    (``"time"``) as two nullable float columns: missing (``pd.NA``, never NaN) without
+    published runs and where the prediction itself is missing, so that averaging a
+    column skips them."""
+    import numpy as np
+    import pandas as pd
+    values = np.asarray(values, dtype=float)
+    if not band.runs:
+        return tuple(pd.arrays.FloatingArray(np.zeros(len(values)), np.ones(len(values), dtype=bool))
+                     for _ in range(2))
+    bounds = band.speed(values) if kind == "speed" else band.time(values)
+    return tuple(pd.array(b, dtype="Float64") for b in bounds)
+
+
 @lru_cache(maxsize=1)
 def _table() -> dict:
     doc = read_toml(DATA / "error_bands.toml", "error_bands.toml")

@@ -67,6 +67,18 @@ def fmt_bytes(x: float) -> str:
     return f"{x:.3g} B"
 
 
+def fmt_quantity(x: float, dimension: str) -> str:
+    """A value of ``dimension`` ("bytes", "bytes/s", "FLOP/s", "s") in the largest
+    decimal unit that keeps it at least 1: ``fmt_quantity(1e16, "bytes") == '10 PB'``."""
+    if dimension == "s":
+        return fmt_seconds(x)
+    suffix = {"bytes": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s"}[dimension]
+    for prefix, f in (("E", 1e18), ("P", PB), ("T", TB), ("G", GB), ("M", MB), ("k", KB)):
+        if abs(x) >= f:
+            return f"{x / f:.3g} {prefix}{suffix}"
+    return f"{x:.3g} {suffix}"
+
+
 def fmt_seconds(x: float) -> str:
     """Human-readable time: ``fmt_seconds(2.5e-6) == '2.5 us'``."""
     if abs(x) >= 86400:

@@ -60,10 +60,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "constant 1.0 -> 2"): _GUARD,
     ("snlab/training/step.py", "level = where(shorter > 0, hidden / where(shorter > 0, shorter, 1.0), 0.0)",
      "constant 0.0 -> 1"): "with nothing to overlap (shorter = 0) the level multiplies a zero",
-    ("snlab/training/step.py", "exposed = {x: m * (parts[x] - hidden * where(total_can > 0", "constant 1.0 -> 2"):
-        _GUARD,
-    ("snlab/training/step.py", "0.0)) for x in parts}", "constant 0.0 -> 1"):
-        "when no class can hide anything, nothing is hidden: the share multiplies a zero",
+    ("snlab/training/step.py", "share = {x: where(total_can > 0, can[x] / where(total_can > 0, total_can, 1.0)",
+     "constant 1.0 -> 2"): _GUARD,
+    ("snlab/training/step.py", "share = {x: where(total_can > 0, can[x] / where(total_can > 0, total_can, 1.0)",
+     "constant 0.0 -> 1"): "when no class can hide anything, nothing is hidden: the share multiplies a zero",
     ("snlab/training/step.py", "bubble_compute = sched.bubble * np.minimum(comp.per_microbatch / where(mb > 0, mb, 1.0)",
      "constant 1.0 -> 2"): "a micro-batch never takes less than its compute: the ratio is at most 1 (and the "
                            "guard's fallback is never taken)",

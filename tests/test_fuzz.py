@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -88,6 +89,10 @@ def check_frame(df: pd.DataFrame, training: bool) -> None:
     numeric = [c for c in valid.columns if valid[c].dtype.kind == "f" and not c.endswith(("_low", "_high"))]
     bad = [c for c in numeric if not np.isfinite(valid[c].to_numpy()).all()]
     assert not bad, bad
+    for c in [c for c in df.columns if c.endswith(("_low", "_high"))]:   # bands: missing or finite, never NaN
+        assert str(df[c].dtype) == "Float64", (c, df[c].dtype)
+        present = df[c].dropna().to_numpy(dtype=float)
+        assert np.isfinite(present).all(), c
     if training and len(valid):
         assert ((valid.mfu > 0) & (valid.mfu <= 1)).all()
         parts = valid[[f"memory_{p}_bytes" for p in ("weights", "grads", "optimizer", "activations",
@@ -220,3 +225,114 @@ def test_the_command_line_takes_any_flag_value(command, data, json_out, capsys, 
         assert "nan" not in out.out.lower().replace("nanos", "") and "inf " not in out.out.lower(), out.out
     else:
         assert "Traceback" not in out.err
+
+
+# --- the edges a hostile user found, one by one ------------------------------------------
+
+NAN, INF = float("nan"), float("inf")
+#: (call, the field its error must name, a fragment of the range it must state)
+EDGES = [
+    (lambda: snlab.train("llama3-8b", "dgx-h100", tp=8, global_batch=8, devices=NAN), "devices", "100,000,000"),
+    (lambda: snlab.sweep("llama3-8b", "dgx-h100", tp=8, global_batch=8, devices=NAN), "devices", "100,000,000"),
+    (lambda: snlab.search("llama3-8b", "dgx-h100", devices=NAN, global_batch=8), "devices", "100,000,000"),
+    (lambda: snlab.search("llama3-8b", "dgx-h100", devices=8, global_batch=8, top=NAN), "top", "1,000,000"),
+    (lambda: snlab.serve_best("llama3-8b", "dgx-h100", tpot_target=0.05, max_batch=NAN, prompt_len=100,
+                              output_len=10), "max_batch", "1,000,000,000"),
+    (lambda: snlab.collective_time("dgx-h100", "all-reduce", 1e6, INF), "devices", "100,000,000"),
+    (lambda: snlab.collective_time("dgx-h100", "all-reduce", INF, 8), "message_bytes", "1e+15"),
+    (lambda: snlab.train("llama3-8b", "dgx-h100", tp=10**400, global_batch=8), "tp", "whole number"),
+    (lambda: snlab.sweep("llama3-8b", "dgx-h100", tp=[10**400], global_batch=8), "tp", "whole number"),
+    (lambda: snlab.search("llama3-8b", "dgx-h100", devices=8, global_batch=8, tp=10**400), "tp", "whole number"),
+    (lambda: snlab.serve("llama3-8b", "dgx-h100", tp=10**400, prompt_len=100, output_len=10), "tp",
+     "whole number"),
+    (lambda: snlab.serve_sweep("llama3-8b", "dgx-h100", batch=[10**400], prompt_len=100, output_len=10), "batch",
+     "multiple of dp"),
+    (lambda: snlab.train("llama3-8b", "dgx-h100", tp=8, global_batch=8, hbm_capacity=0), "hbm_capacity", "1 MB"),
+    (lambda: snlab.serve("llama3-8b", "dgx-h100", prompt_len=100, output_len=10, hbm_capacity=0), "hbm_capacity",
+     "1 MB"),
+    (lambda: snlab.train("llama3-8b", "dgx-h100", tp=8, global_batch=8, seq_len=10**400), "seq_len", ">= 1"),
+    (lambda: snlab.sweep("llama3-8b", ["dgx-h100", "dgx-a100", "gb200-nvl72"], tp=8, global_batch=8,
+                         scale_out_bandwidth=np.linspace(1e9, 1e11, 2_000_000)), "sweep", "4,000,000"),
+    (lambda: snlab.serve_sweep(["llama3-8b", "llama3-70b"], ["dgx-h100", "dgx-a100"], prompt_len=100,
+                               output_len=10, hbm_bandwidth=np.linspace(1e12, 5e12, 1_000_001)), "sweep",
+     "4,000,000"),
+    (lambda: snlab.model(""), "model", ".toml"),
+]
+
+
+@pytest.mark.parametrize("call, field, allowed", EDGES)
+def test_each_edge_is_one_clear_error(call, field, allowed):
+    with pytest.raises(snlab.SnlabError) as raised:
+        call()
+    assert raised.value.field == field and allowed in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_zero_dimensional_array_is_a_number():
+    assert snlab.train("llama3-8b", "dgx-h100", tp=np.array(8), global_batch=8).plan["tp"] == 8
+    assert snlab.serve("llama3-8b", "dgx-h100", tp=np.array(8), prompt_len=100, output_len=10).deployment["tp"] == 8
+    assert snlab.sweep("llama3-8b", "dgx-h100", tp=np.array(8), global_batch=8)["tp"].tolist() == [8]
+    assert snlab.search("llama3-8b", "dgx-h100", devices=8, global_batch=8, tp=np.array(8))["tp"].eq(8).all()
+    assert snlab.serve_sweep("llama3-8b", "dgx-h100", tp=np.array(8), prompt_len=100, output_len=10)["tp"].tolist() \
+        == [8]
+
+
+def test_a_preset_file_nested_too_deeply_or_with_a_key_twice_is_one_error(tmp_path):
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 3000 + "]" * 3000 + "\n")
+    twice = tmp_path / "twice.toml"
+    twice.write_text('kind = "model"\nname = "x"\nlayers = 2\nlayers = 3\n')
+    number = tmp_path / "device5.toml"
+    number.write_text('kind = "system"\nname = "s"\ndevice = 5\n')
+    for path, text in ((deep, "nested too deeply"), (twice, "'layers' is defined twice (line 4)"),
+                       (number, "got 5")):
+        with pytest.raises(snlab.SnlabError, match=re.escape(text)):
+            snlab.system(str(path)) if path == number else snlab.model(str(path))
+
+
+#: (argv, a fragment the one-line error must carry)
+CLI_EDGES = [
+    (["train", "--model", "", "--system", "dgx-h100", "--global-batch", "8"], "model: empty name"),
+    (["search", "--model", "llama3-8b", "--system", "dgx-h100", "--devices", "0", "--global-batch", "8"],
+     "from 1 to 100,000,000"),
+    (["search", "--model", "llama3-8b", "--system", "dgx-h100", "--devices", "8", "--top", "0",
+      "--global-batch", "8"], "from 1 to 1,000,000"),
+    (["collective", "--system", "dgx-h100", "--op", "all-reduce", "--bytes", "1e9", "--devices", "1e9"],
+     "from 2 to 100,000,000"),
+    (["train", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "1e400", "--global-batch", "8"],
+     "tp"),
+    (["presets", "show", "dgx-h100", "--toml", "--json"], "not allowed with"),
+    (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--prompt-len", "100", "--output-len", "10",
+      "--draft-tokens", "99"], "from 0 to 64"),
+]
+
+
+@pytest.mark.parametrize("argv, text", CLI_EDGES)
+def test_the_command_line_gives_one_line_for_each_edge(argv, text, capsys):
+    from snlab.cli import main
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("snlab: error:") and text in err and err.count("\n") == 1, err
+
+
+def test_whole_number_flags_take_scientific_notation(capsys):
+    from snlab.cli import main
+    assert main(["search", "--model", "llama3-8b", "--system", "dgx-h100", "--devices", "8", "--global-batch",
+                 "1e3", "--top", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["tp"] >= 1
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_status_130(monkeypatch, capsys):
+    from snlab import cli, figures
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("snlab.cli.train.run", interrupted)
+    assert cli.main(["train", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8"]) == 130
+    assert capsys.readouterr().err == "snlab: interrupted\n"
+    monkeypatch.setattr(figures, "export", interrupted)
+    assert figures.main(["--out", "unused"]) == 130
+    assert capsys.readouterr().err == "python -m snlab.figures: interrupted\n"

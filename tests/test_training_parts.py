@@ -11,6 +11,9 @@ mutation check (``tests/mutate.py``, ``make mutate``) proves it.
 from __future__ import annotations
 
 import dataclasses
+import math
+
+import numpy as np
 
 import pytest
 
@@ -82,6 +85,24 @@ def ring_reduce_scatter(S_, n, call=10e-6, lat=1e-6):
 
 def ring_all_reduce(S_, n, call=10e-6, lat=1e-6):
     return call + 2 * (n - 1) * lat + 2 * (n - 1) / n * S_ / UP
+
+
+def two_level(S_, n1, n2, all_reduce=True, lat=1e-6):
+    """A collective placed as n1 members in each of n2 domains of HW: each ring step's
+    latency on its own level (the all-reduce's fill the faster of ring and tree), then
+    the slower level's share; spanning domains, the larger call latency."""
+    if n2 == 1:
+        return ring_all_reduce(S_, n1, lat=lat) if all_reduce else ring_reduce_scatter(S_, n1, lat=lat)
+    ring = n2 * (n1 - 1) * lat + (n2 - 1) * 4e-6
+    fill = min(ring, (n1 - 1) * lat + math.log2(n2) * 4e-6) if all_reduce else ring
+    data = max((n1 - 1) / n1 * S_ / UP, (n2 - 1) / n2 * S_ / n1 / OUT)
+    return 20e-6 + (2 * (fill + data) if all_reduce else fill + data)
+
+
+def placed(S_, n, all_reduce=True, per_domain=8):
+    """The fastest equal-share placement of a group of n on domains holding ``per_domain``
+    of its members: n1 of them in each of n / n1 domains, n1 a divisor of n."""
+    return min(two_level(S_, d, n // d, all_reduce) for d in range(1, n + 1) if n % d == 0 and d <= per_domain)
 
 
 def p2p(S_, inside=True):
@@ -165,9 +186,12 @@ def test_tensor_parallel_all_reduces():
     p = plan(tp=8)
     lay = S.layout(SIZES, p)
     msg = SEQ * H * 2                                           # b s h 16-bit activations
-    assert S.tensor_comm(SIZES, p, HW, lay) == approx(L * 4 * ring_all_reduce(msg, 8))
+    assert S.tensor_comm(SIZES, p, HW, lay) == approx(L * 4 * placed(msg, 8))
+    # a NIC a sixth as fast as the bus: the group is faster as 4 + 4 on two domains, which
+    # move their halves over the NICs while the bus carries 3/4 of the buffer, not 7/8
+    assert placed(msg, 8) == two_level(msg, 4, 2) < ring_all_reduce(msg, 8)
     p = plan(tp=8, recompute=2)
-    assert S.tensor_comm(SIZES, p, HW, lay) == approx(L * 6 * ring_all_reduce(msg, 8))
+    assert S.tensor_comm(SIZES, p, HW, lay) == approx(L * 6 * placed(msg, 8))
 
 
 def test_tensor_parallel_across_two_domains():
@@ -231,20 +255,20 @@ def test_data_parallel_collectives_by_zero_stage():
     P = params.dense
     # per layer (pp = 1), each call on its own: ZeRO-0 all-reduces the gradients
     dp0 = S.data_parallel(p0, HW, lay, params)
-    assert dp0.reduce == approx(L * ring_all_reduce(P * 2 / L, 8))
+    assert dp0.reduce == approx(L * placed(P * 2 / L, 8))
     assert dp0.gather == 0 and dp0.per_microbatch == 0
     # ZeRO-1: reduce-scatter the gradients, all-gather the weights, once per step
     dp1 = S.data_parallel(p1, HW, lay, params)
-    assert dp1.reduce == approx(L * ring_reduce_scatter(P * 2 / L, 8))
-    assert dp1.gather == approx(L * ring_reduce_scatter(P * 2 / L, 8))
+    assert dp1.reduce == approx(L * placed(P * 2 / L, 8, False))
+    assert dp1.gather == approx(L * placed(P * 2 / L, 8, False))
     # ZeRO-2: the gradients reduce-scattered after every micro-batch
     dp2 = S.data_parallel(p2, HW, lay, params)
-    assert dp2.per_microbatch == approx(L * ring_reduce_scatter(P * 2 / L, 8))
+    assert dp2.per_microbatch == approx(L * placed(P * 2 / L, 8, False))
     assert dp2.reduce == 0
     # ZeRO-3: two weight gathers and one gradient reduce-scatter per layer and micro-batch
     dp3 = S.data_parallel(plan(dp=8, zero_stage=3, grad_bytes=4), HW, lay, params)
-    assert dp3.per_microbatch == approx(L * (2 * ring_reduce_scatter(P * 2 / L, 8)
-                                                    + ring_reduce_scatter(P * 4 / L, 8)))
+    assert dp3.per_microbatch == approx(L * (2 * placed(P * 2 / L, 8, False)
+                                                    + placed(P * 4 / L, 8, False)))
     assert dp3.reduce == 0 and dp3.gather == 0
     chunks = S.data_parallel(plan(dp=2, pp=4), HW, S.layout(SIZES, plan(dp=2, pp=4)),
                              S.parameters(SIZES, plan(dp=2, pp=4), S.layout(SIZES, plan(dp=2, pp=4))))
@@ -542,7 +566,19 @@ def test_group_limited_routing_caps_the_domains_a_token_reaches():
     # 4 domains of 8; a token reaches one group of 16 experts, 1/2 of a domain: at most 1 domain
     inner = tok * k * h * 7 / 8
     outer = tok * h * 1 * 3 / 4
-    assert S.expert_comm(grouped, p, EP_HW, lay) == approx(48 * 2 * 2 * deepep_call(inner, outer, 2))
+    as_placed = 2 * deepep_call(inner, outer, 2)
+
+    def on(n1):
+        """Dispatch and combine with the 32 members placed n1 to a domain on n2 = 32 / n1
+        domains: a token's group (16 of 128 experts) lies on n2 / 8 of them, at least one."""
+        n2 = 32 // n1
+        reach = min(n2 * (1 - (1 - 1 / n2) ** k), max(n2 / 8, 1))
+        return 2 * deepep_call(tok * k * h * (n1 - 1) / n1, tok * h * reach * (n2 - 1) / n2, 2)
+
+    assert on(8) == approx(as_placed)
+    # more domains reached by fewer members each: 4 to a domain moves less over the bus
+    assert S.expert_comm(grouped, p, EP_HW, lay) == approx(48 * 2 * min(on(n1) for n1 in (1, 2, 4, 8)))
+    assert min(on(n1) for n1 in (1, 2, 4, 8)) == on(4) < as_placed
 
 
 def test_expert_parameters_are_reduced_over_their_replicas():
@@ -570,7 +606,7 @@ def test_zero_2_holds_one_layer_s_gradient_bucket():
     assert mem.buffers == approx(params.dense / L * 4)
     assert mem.grads == approx(params.dense * 4 / 8)
     dp = S.data_parallel(p, HW, lay, params)
-    assert dp.gather == approx(L * ring_reduce_scatter(params.dense * 2 / L, 8))
+    assert dp.gather == approx(L * placed(params.dense * 2 / L, 8, False))
 
 
 def test_interleaved_pipelines_bucket_per_chunk():
@@ -712,15 +748,16 @@ def test_a_domain_of_two_nodes_pays_the_crossing_latency_on_its_crossing_steps()
     assert net.inner_step_latency(4.0, hw, 4.0) == approx((2 * 1e-6 + 2 * 3e-6) / 4)
     assert net.split(16.0, 1.0, hw) == (16.0, 1.0)
     assert net.split(8.0, 4.0, hw) == (4.0, 2.0)
-    assert list(net.views(16.0, 1.0, hw)) == [(16.0, 1.0), (8.0, 2.0)]
+    assert [(n1, n2) for _, n1, n2 in net.placements(16.0, 1.0, hw)] == [(1, 16), (2, 8), (4, 4), (8, 2), (16, 1)]
     msg = 1e9
     flat = 10e-6 + 15 * (14 * 1e-6 + 2 * 3e-6) / 16 + 15 / 16 * msg / UP
-    nodes = 20e-6 + 2 * 7 * 1e-6 + 4e-6 + max(7 / 8 * msg / UP, 1 / 2 * msg / 8 / OUT)
-    assert net.reduce_scatter(msg, 16.0, 1.0, hw) == approx(min(flat, nodes))
+    # placed on nodes of 8 or fewer, every step inside a node pays the node's latency
+    halves = [two_level(msg, d, 16 // d, False) for d in (1, 2, 4, 8)]
+    assert net.reduce_scatter(msg, 16.0, 1.0, hw) == approx(min([flat] + halves))
     small = 1e3                                                  # latency-bound: the flat ring fills faster
     flat = 10e-6 + 15 * (14 * 1e-6 + 2 * 3e-6) / 16 + 15 / 16 * small / UP
-    nodes = 20e-6 + 2 * 7 * 1e-6 + 4e-6 + max(7 / 8 * small / UP, 1 / 2 * small / 8 / OUT)
-    assert net.reduce_scatter(small, 16.0, 1.0, hw) == approx(min(flat, nodes))
+    halves = [two_level(small, d, 16 // d, False) for d in (1, 2, 4, 8)]
+    assert net.reduce_scatter(small, 16.0, 1.0, hw) == approx(min([flat] + halves)) == approx(flat)
 
 
 def test_a_point_to_point_message_inside_a_domain_takes_the_faster_path():
@@ -816,6 +853,23 @@ def test_expert_compute_with_tensor_parallel_experts_and_dropped_tokens():
     assert comp.layer_forward == approx(comp.dense_gemm + comp.expert_gemm + comp.attention + comp.elementwise)
 
 
+def test_an_expert_exchange_takes_dispatch_and_combine_from_its_fastest_placement():
+    """FP8 dispatch, BF16 combine: the placement is chosen by their sum, and both come
+    from it (32 members on domains of 8)."""
+    from snlab import network as net
+    tok, k, h = SEQ, 8, 2048
+
+    def on(n1, q):
+        n2 = 32 // n1
+        reach = n2 * (1 - (1 - 1 / n2) ** k)
+        return deepep_call(tok * k * h * (n1 - 1) / n1, tok * h * reach * (n2 - 1) / n2, q)
+
+    best = min((1, 2, 4, 8), key=lambda n1: on(n1, 1) + on(n1, 2))
+    disp, comb = net.expert_calls(tok, k, h, np.float64(32), 1.0, EP_HW, True)
+    assert (disp, comb) == (approx(on(best, 1)), approx(on(best, 2)))
+    assert best != 1 and on(best, 1) + on(best, 2) < on(1, 1) + on(1, 2)
+
+
 def test_group_limited_routing_with_more_domains_than_groups():
     grouped = dataclasses.replace(QWEN, expert_groups=2.0, groups_per_token=1.0)
     p = plan(dp=32, ep=32, expert_imbalance=1.0)
@@ -833,6 +887,12 @@ def test_the_deepep_stride_counts_context_parallel_ranks():
     tok, k, h = SEQ / 2, 8, 2048
     inner, outer = tok * k * h * 3 / 4, tok * h * 2 * (1 - 0.5 ** 8) * 1 / 2
     assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(48 * 2 * 2 * deepep_call(inner, outer, 2))
+    # a bus fast enough that all 8 in one domain would win: 2 ranks apart, they cannot be
+    fast_bus = dataclasses.replace(EP_HW, scale_up_ep_bulk_efficiency=0.9)
+    split = 20e-6 + max(1e-6 + inner * 2 / (0.9 * 100e9), 4e-6 + outer * 2 / (0.6 * 10e9))
+    whole = 10e-6 + 1e-6 + tok * k * h * 7 / 8 * 2 / (0.9 * 100e9)
+    assert whole < split
+    assert S.expert_comm(QWEN, p, fast_bus, lay) == approx(48 * 2 * 2 * split)
 
 
 def test_optimizer_offload_without_zero_and_an_offload_that_outgrows_the_pool():
@@ -895,13 +955,26 @@ def test_the_all_to_all_stride_counts_context_parallel_ranks():
     assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(48 * 2 * 2 * a2a)
 
 
-def test_views_of_a_domain_of_eight_nodes():
+def test_placements_of_a_group_on_a_domain():
+    """Every equal share of the group that a domain holds: a domain of 64 holds all of a
+    group of 64, a group of 16 members 2 ranks apart 32 at most (all 16), a domain of 6
+    a group of 8 as 4 + 4 (never 6 + 2)."""
     from snlab import network as net
     hw = dataclasses.replace(HW, scale_up_domain_size=64.0, devices_per_node=8.0)
-    assert list(net.views(64.0, 1.0, hw)) == [(64.0, 1.0), (8.0, 8.0), (16.0, 4.0), (32.0, 2.0)]
-    assert list(net.views(16.0, 2.0, hw)) == [(16.0, 1.0), (4.0, 4.0), (8.0, 2.0), (16.0, 1.0)]
+
+    def shares(n, stride, h):
+        return [n1 for fits, n1, _ in net.placements(n, stride, h) if fits]
+
+    assert shares(64.0, 1.0, hw) == [1, 2, 4, 8, 16, 32, 64]
+    assert shares(16.0, 2.0, hw) == [1, 2, 4, 8, 16]
+    assert shares(16.0, 8.0, hw) == [1, 2, 4, 8]
+    six = dataclasses.replace(HW, scale_up_domain_size=6.0)
+    assert shares(8.0, 1.0, six) == [1, 2, 4] and net.split(8.0, 1.0, six) == (4.0, 2.0)
+    # a row whose group does not divide evenly keeps the placements that fit it
+    fits = {n1: f for f, n1, _ in net.placements(np.array([6.0, 8.0]), 1.0, hw)}
+    assert fits[3].tolist() == [True, False] and fits[4].tolist() == [False, True]
     single = dataclasses.replace(HW, scale_up_domain_size=4.0, devices_per_node=1.0, scale_up_latency=3e-6)
-    assert list(net.views(4.0, 1.0, single)) == [(4.0, 1.0), (1.0, 4.0), (2.0, 2.0)]
+    assert shares(4.0, 1.0, single) == [1, 2, 4]
     # a node of one device: every hop of the ring crosses nodes
     assert net.inner_step_latency(4.0, single) == approx(single.scale_up_latency)
     assert net.split(4.0, 16.0, HW) == (1.0, 4.0)                 # members further apart than a domain

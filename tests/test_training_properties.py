@@ -412,29 +412,14 @@ def test_more_memory_never_stops_a_plan_fitting_nor_slows_it(case, factor, field
 
 
 @settings(**SETTINGS)
-@given(case=plans(), factor=st.sampled_from([2, 3, 4, 8, 16, 48]))
+@given(case=plans(), factor=st.sampled_from([1.25, 1.5, 2, 3, 4, 8, 16, 48]))
 def test_a_larger_scale_up_domain_never_slows_a_step(case, factor):
-    """A larger domain never forces a slower collective: a group may still sit on domains
-    of the old size (snlab.network.views) and a point-to-point message may still take
-    the NIC. Expert all-to-alls are the exception (next test)."""
+    """A larger domain never forces a slower collective or expert exchange: a group may
+    still sit on the placements a smaller domain gives it (snlab.network.placements) and
+    a point-to-point message may still take the NIC."""
     model, system, plan = case
-    assume(not _model(model).moe)
     d = _capacity(system, "scale_up_domain_size")
     small = snlab.train(model, system, **plan, scale_up_domain_size=d)
-    large = snlab.train(model, system, **plan, scale_up_domain_size=d * factor)
+    large = snlab.train(model, system, **plan, scale_up_domain_size=round(d * factor))
     assert _le(large.step_time_s, small.step_time_s)
     assert large.fits or not small.fits
-
-
-def test_a_larger_domain_can_cost_an_expert_all_to_all_a_little():
-    """The measured expert kernels (DeepEP's, CloudMatrix384's) keep a domain's traffic on
-    its scale-up links; an expert group split over two domains moves part of its tokens
-    over the NICs at the same time. So a domain that grows to hold the whole group can
-    make the all-to-all slower, by a bounded amount; the collectives never are."""
-    plan = dict(tp=8, pp=4, dp=8, ep=8, global_batch=256, overlap="none")
-    df = snlab.sweep("qwen3-30b-a3b", "cloudmatrix384", scale_up_domain_size=[32, 64], **plan)
-    split, whole = df.iloc[0], df.iloc[1]
-    assert whole.time_ep_s > split.time_ep_s                       # the exception exists ...
-    assert whole.step_time_s < 1.1 * split.step_time_s              # ... and stays small
-    for col in ("time_tp_s", "time_dp_s", "time_pp_s"):
-        assert whole[col] <= split[col] * (1 + REL)

@@ -11,25 +11,24 @@ import os
 import sys
 
 from ..errors import SnlabError
-from . import collective, compare, evidence, formulas, presets, search, serve, symbols, train
 from .common import Parser
-
-#: the subcommand modules, each with ``register(subparsers)``, in the order of ``--help``
-COMMANDS = (presets, symbols, formulas, train, compare, search, serve, collective, evidence)
 
 
 def build_parser() -> Parser:
+    from . import collective, compare, evidence, formulas, presets, search, serve, symbols, train
     parser = Parser(prog="snlab", description="SuperNode Lab: the compute, memory and communication walls "
                                               "of large-model training and serving")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in COMMANDS:
+    # the subcommand modules, each with register(subparsers), in the order of --help
+    for module in (presets, symbols, formulas, train, compare, search, serve, collective, evidence):
         module.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    """Run the snlab command; Ctrl-C ends it with one line and status 130."""
     try:
+        parser = build_parser()
         args = parser.parse_args(argv)
         return args.func(args)
     except SnlabError as exc:
@@ -40,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
+        print("snlab: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug: still one line, with the way to see more
         if os.environ.get("SNLAB_DEBUG"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..network import COLLECTIVES
+from ..network import COLLECTIVES, MAX_GROUP, MAX_MESSAGE_BYTES
 from ..units import fmt_bytes, fmt_seconds
 from .common import count, number, print_json
 
@@ -20,8 +20,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..network import bus_bandwidth, collective_time
-    size = number("bytes", args.message_bytes, 1.0, 1e15, "a number of bytes from 1 to 1e15")
-    devices = count("devices", args.devices, low=2)
+    size = number("bytes", args.message_bytes, 1.0, MAX_MESSAGE_BYTES,
+                  f"a number of bytes from 1 to {MAX_MESSAGE_BYTES:.0e}, e.g. 8e9")
+    devices = count("devices", args.devices, low=2, high=MAX_GROUP)
     t = collective_time(args.system, args.op, size, devices)
     busbw = bus_bandwidth(args.op, size, devices, t)
     if args.json:

@@ -33,16 +33,19 @@ def side_by_side(results, rows, min_width: int = 12) -> None:
 
 
 _SUFFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
-#: the largest whole number a flag takes (it fits the planners' 64-bit integers)
+#: the largest whole number a flag takes unless it says otherwise (it fits the planners'
+#: 64-bit integers)
 MAX_COUNT = 10**15
+_COUNT = re.compile(r"\s*(\d+(?:\.\d*)?(?:[eE][+]?\d+)?)\s*([kKMG]?)\s*")
 
 
-def count(field: str, text: str, low: int = 1) -> int:
-    """A whole number from text (``4096``, ``128k``, ``1M``), at least ``low``."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKMG]?)\s*", str(text))
+def count(field: str, text: str, low: int = 1, high: float = MAX_COUNT) -> int:
+    """A whole number from text (``4096``, ``1e3``, ``128k``, ``1M``) from ``low`` to ``high``."""
+    m = _COUNT.fullmatch(str(text))
     value = float(m.group(1)) * _SUFFIX[m.group(2)] if m else None
-    if value is None or value != int(value) or not low <= value <= MAX_COUNT:
-        raise SnlabError(field, f"got {text!r}", f"a whole number from {low} to {MAX_COUNT:.0e}, e.g. 4096, 128k or 1M")
+    if value is None or not math.isfinite(value) or value != int(value) or not low <= value <= high:
+        examples = ", e.g. 4096, 1e3, 128k or 1M" if high >= 1e6 else ""
+        raise SnlabError(field, f"got {text!r}", f"a whole number from {low:,} to {high:,.0f}{examples}")
     return int(value)
 
 
@@ -68,11 +71,11 @@ def seconds(field: str, text: str) -> float:
     return value
 
 
-def integer_flag(field: str, low: int = 1):
-    """An argparse type for a whole number >= ``low`` whose errors name ``field``."""
+def integer_flag(field: str, low: int = 1, high: float = MAX_COUNT):
+    """An argparse type for a whole number from ``low`` to ``high`` whose errors name ``field``."""
     def parse(text: str) -> int:
         try:
-            return count(field, text, low)
+            return count(field, text, low, high)
         except SnlabError as exc:
             raise argparse.ArgumentTypeError(exc.problem + f" (allowed: {exc.allowed})") from None
     parse.__name__ = field

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..training import plan as pl
+from ..training.planner import MAX_DEGREE, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_STAGE_LAYERS
 from .common import integer_flag, number
 
 PLAN_KEYS = ["micro_batch", "global_batch", "zero", "recompute", "sequence_parallel", "interleave", "overlap",
@@ -17,18 +18,20 @@ def add(p, *, degrees: bool = True) -> None:
         for flag, help_ in (("--tp", "tensor-parallel degree"), ("--pp", "pipeline stages"),
                             ("--dp", "data-parallel degree"), ("--ep", "expert-parallel degree"),
                             ("--cp", "context-parallel degree")):
-            p.add_argument(flag, type=integer_flag(flag[2:]), default=1, help=help_ + " (default 1)")
-    p.add_argument("--micro-batch", type=integer_flag("micro_batch"), default=None, help="sequences per micro-batch")
-    p.add_argument("--global-batch", type=integer_flag("global_batch"), required=True, help="sequences per step")
+            p.add_argument(flag, type=integer_flag(flag[2:], high=MAX_DEGREE), default=1, help=help_ + " (default 1)")
+    p.add_argument("--micro-batch", type=integer_flag("micro_batch", high=MAX_DEGREE), default=None,
+                   help="sequences per micro-batch")
+    p.add_argument("--global-batch", type=integer_flag("global_batch", high=MAX_GLOBAL_BATCH), required=True,
+                   help="sequences per step")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=None, help="ZeRO stage (default 1)")
     p.add_argument("--recompute", choices=list(pl.RECOMPUTE), default=None)
     p.add_argument("--sequence-parallel", action="store_true", default=None)
     p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
-    p.add_argument("--interleave", type=integer_flag("interleave"), default=None,
+    p.add_argument("--interleave", type=integer_flag("interleave", high=MAX_DEGREE), default=None,
                    help="virtual stages per pipeline stage")
-    p.add_argument("--first-stage-layers", type=integer_flag("first_stage_layers", low=0), default=None,
+    p.add_argument("--first-stage-layers", type=integer_flag("first_stage_layers", low=0, high=MAX_STAGE_LAYERS), default=None,
                    help="transformer layers of the first pipeline stage (default: split automatically)")
-    p.add_argument("--last-stage-layers", type=integer_flag("last_stage_layers", low=0), default=None,
+    p.add_argument("--last-stage-layers", type=integer_flag("last_stage_layers", low=0, high=MAX_STAGE_LAYERS), default=None,
                    help="transformer layers of the last pipeline stage (default: split automatically)")
     p.add_argument("--ep-dispatcher", choices=list(pl.EP_DISPATCHERS), default=None,
                    help="expert all-to-all: deepep (default: once per node, FP8 dispatch in FP8) or alltoall")
@@ -43,7 +46,7 @@ def add(p, *, degrees: bool = True) -> None:
     p.add_argument("--offload", choices=list(pl.OFFLOAD), default=None)
     p.add_argument("--precision", default="bf16", help="matmul precision (bf16, fp8, ...)")
     p.add_argument("--grad-dtype", choices=list(pl.GRAD_DTYPE_BYTES), default=None)
-    p.add_argument("--seq-len", type=integer_flag("seq_len"), default=None,
+    p.add_argument("--seq-len", type=integer_flag("seq_len", high=MAX_SEQ_LEN), default=None,
                    help="sequence length (default: the model's)")
     p.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
                    help="attention scores materialised (as in Megatron-LM 2021-2022)")

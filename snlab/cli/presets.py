@@ -15,8 +15,9 @@ def register(sub) -> None:
     p.add_argument("action", nargs="?", choices=["list", "show"], default="list")
     p.add_argument("name", nargs="?", help="preset name or path to a .toml file")
     p.add_argument("--kind", choices=list(presets.KINDS))
-    p.add_argument("--toml", action="store_true", help="print as TOML (loads back unchanged)")
-    p.add_argument("--json", action="store_true")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--toml", action="store_true", help="print as TOML (loads back unchanged)")
+    form.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=run)
 
 

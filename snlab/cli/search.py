@@ -6,6 +6,7 @@ import json
 
 from ..units import fmt_bytes
 from . import plan_flags
+from ..training.planner import MAX_DEVICES, MAX_TOP
 from .common import integer_flag, print_json
 
 COLUMNS = ["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "zero", "recompute", "sequence_parallel",
@@ -15,8 +16,8 @@ COLUMNS = ["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "zero", "r
 def register(sub) -> None:
     p = sub.add_parser("search", help="the fastest training plans that fit")
     p.add_argument("--system", required=True)
-    p.add_argument("--devices", type=integer_flag("devices"), required=True)
-    p.add_argument("--top", type=integer_flag("top"), default=10)
+    p.add_argument("--devices", type=integer_flag("devices", high=MAX_DEVICES), required=True)
+    p.add_argument("--top", type=integer_flag("top", high=MAX_TOP), default=10)
     plan_flags.add(p, degrees=False)
     p.set_defaults(func=run)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..errors import SnlabError
 from ..units import fmt_bytes, fmt_seconds
+from ..serving.planner import MAX_COUNT, MAX_DEGREE, MAX_DRAFT_TOKENS
 from .common import count, number, print_json, seconds, side_by_side
 
 #: flag -> (kind, help); kinds: "int" (whole number >= 1, k/M suffixes), "int0" (>= 0),
@@ -59,9 +60,9 @@ def deployment(args) -> dict:
         if text is None:
             continue
         if kind == "int":
-            out[flag] = count(flag, text)
+            out[flag] = count(flag, text, high=MAX_DEGREE if flag in ("tp", "pp", "dp", "ep") else MAX_COUNT)
         elif kind == "int0":
-            out[flag] = count(flag, text, low=0)
+            out[flag] = count(flag, text, low=0, high=MAX_DRAFT_TOKENS)
         elif kind == "fraction":
             out[flag] = number(flag, text, 0.0, 1.0, "a fraction in [0, 1]")
         else:

@@ -11,6 +11,7 @@ Only regular files of at most :data:`MAX_BYTES` are read, as UTF-8.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tomllib
 from functools import lru_cache
@@ -157,8 +158,10 @@ def _system(doc: dict, where: str, base: Path | None = None, depth: int = 0) -> 
             raise SnlabError(f"{where}.device", f"{raw_device!r} leads back to a system file",
                              "a device preset name, a path to a device file, or a [device] table")
         device = _load("device", ref, depth + 1)
-    else:
+    elif raw_device is None:
         raise SnlabError(f"{where}.device", "missing", "a device preset name, a path, or a [device] table")
+    else:
+        raise SnlabError(f"{where}.device", f"got {raw_device!r}", "a device preset name, a path, or a [device] table")
     top_vals = _section(doc, "", schema.SYSTEM[""], where, top, prov, schema.STRINGS["system"][""])
     levels = {}
     for part in ("scale_up", "scale_out", "host", "pool", "storage"):
@@ -253,11 +256,28 @@ def read_toml(path: Path, label: str) -> dict:
             raw = fh.read(MAX_BYTES + 1)
         return tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise SnlabError(label, f"malformed TOML: {exc}", allowed) from None
+        raise SnlabError(label, f"malformed TOML: {_toml_problem(exc, raw)}", allowed) from None
+    except RecursionError:
+        raise SnlabError(label, "malformed TOML: tables or arrays nested too deeply to read", allowed) from None
     except UnicodeDecodeError as exc:
         raise SnlabError(label, f"not UTF-8 text (byte {exc.start})", allowed) from None
     except OSError as exc:
         raise SnlabError(label, f"cannot read file: {exc.strerror}", allowed) from None
+
+
+def _toml_problem(exc: Exception, raw: bytes) -> str:
+    """tomllib's message, with the key named where it only gives a position (a key
+    defined twice: 'Cannot overwrite a value (at line 3, column 13)')."""
+    text = str(exc)
+    match = re.search(r"at line (\d+), column \d+", text)
+    if match and "overwrite" in text.lower():
+        lines = raw.decode("utf-8", "replace").splitlines()
+        number = int(match.group(1))
+        line = lines[number - 1] if 0 < number <= len(lines) else ""
+        key = line.split("=", 1)[0].strip().strip("[]").strip()
+        if key:
+            return f"{key!r} is defined twice (line {number})"
+    return text
 
 
 @lru_cache(maxsize=None)
@@ -288,6 +308,9 @@ def _load(kind: str, spec: PresetLike, depth: int):
     if not isinstance(spec, (str, Path)):
         raise SnlabError(kind, f"got {type(spec).__name__}", f"a {kind} name, a path to a .toml file, or a {cls.__name__}")
     text = str(spec)
+    if not text.strip():
+        raise SnlabError(kind, "empty name", f"a {kind} preset name ({', '.join(names(kind))}) or a path to a "
+                         ".toml file")
     if isinstance(spec, str) and not looks_like_path(text):
         if text in _names(kind):
             return shipped(kind, text)

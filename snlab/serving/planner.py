@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 
-from .. import grid, uncertainty
+from .. import grid, schema, uncertainty
 from ..errors import SnlabError
 from ..hardware import DTYPE_BYTES, FIELDS, field_dimension, hardware
 from ..presets import PresetLike
@@ -65,8 +65,8 @@ def _axes(axes: dict) -> tuple[dict, dict]:
         if big.any():
             low = 0 if name == "draft_tokens" else 1
             raise SnlabError(name, f"got {columns[name][big][0]:g}", f"a whole number from {low} to {top:,.0f}")
-    hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]), "a " + field_dimension(name) + " value",
-                                  field_dimension(name))
+    hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]),
+                                  schema.describe(field_dimension(name)), field_dimension(name))
                for name in SYSTEM_FIELDS if name in axes}
     return columns, hw_axes
 
@@ -150,7 +150,7 @@ def serve(model: PresetLike, system: PresetLike, **deployment) -> ServeResult:
     """
     m, s = _resolve(model, system)
     for name, value in deployment.items():
-        if isinstance(value, (list, tuple, np.ndarray, range)):
+        if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim > 0):
             raise SnlabError(name, "got a list", "one value; use snlab.serve_sweep for grids")
     dep, hw, _ = _grid(m, s, deployment)
     cols = {f: np.ravel(getattr(dep, f))[:1] for f in dp_.Deployment.__dataclass_fields__}
@@ -201,14 +201,14 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
             data[key] = grid.full(col, n)
     data["valid"] = broken < 0
     data["reason"] = pd.Categorical.from_codes(reason_codes(broken, out), list(dp_.REASONS))
-    # the error bands of published decode and prefill runs on this chip family (NaN: none)
+    # the error bands of published decode and prefill runs on this chip family: missing
+    # (pd.NA) where no run checks them; band_runs counts the decode runs
     for regime, column in (("serving decode", "decode_tokens_per_s_per_device"),
                            ("serving prefill", "prefill_tokens_per_s_per_device")):
         band = uncertainty.band(regime, system.device.family)
-        low, high = (band.low, band.high) if band.runs else (np.nan, np.nan)
-        data[f"{column}_low"], data[f"{column}_high"] = data[column] / high, data[column] / low
+        data[f"{column}_low"], data[f"{column}_high"] = uncertainty.columns(band, data[column])
         if regime == "serving decode":
-            data["tpot_s_low"], data["tpot_s_high"] = data["tpot_s"] * low, data["tpot_s"] * high
+            data["tpot_s_low"], data["tpot_s_high"] = uncertainty.columns(band, data["tpot_s"], "time")
             data["band_runs"] = np.full(n, band.runs)
     wall = np.stack([np.broadcast_to(out[w], (n,)) for w in ("wall_compute_s", "wall_memory_s",
                                                               "wall_communication_s")])
@@ -230,8 +230,11 @@ def serve_sweep(model, system, **axes):
     ``reason``.
     """
     import pandas as pd
+    specs = {"model": grid.axis_values("model", model), "system": grid.axis_values("system", system)}
+    # the whole product counts: lists of models and systems multiply the grid
+    grid.check_size({**specs, **{k: grid.axis_values(k, v) for k, v in axes.items()}})
     frames = []
-    for m_spec, s_spec in itertools.product(grid.axis_values("model", model), grid.axis_values("system", system)):
+    for m_spec, s_spec in itertools.product(*specs.values()):
         m, s = _resolve(m_spec, s_spec)
         g, hw, broken, out = evaluate(m, s, axes)
         frames.append(_frame(m, s, g, hw, broken, out))
@@ -252,9 +255,8 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
         tpot_target = parse_quantity(tpot_target, "s", "tpot_target")[0]
     if not grid.is_number(tpot_target) or not 0 < tpot_target <= 3600:
         raise SnlabError("tpot_target", f"got {tpot_target!r}", "a time > 0 and at most an hour, e.g. 0.05 or '50 ms'")
-    if max_batch is not None and (not grid.is_number(max_batch) or max_batch != int(max_batch)
-                                  or not 1 <= max_batch <= 1e9):
-        raise SnlabError("max_batch", f"got {max_batch!r}", "a whole number of sequences from 1 to 1e9")
+    if max_batch is not None:
+        max_batch = grid.whole_number("max_batch", max_batch, 1, 1e9, "a whole number of sequences from 1 to 1,000,000,000")
     deployment.pop("batch", None)
     first = serve(m, s, **deployment, batch=deployment.get("dp", 1))
     dp = first.deployment["dp"]

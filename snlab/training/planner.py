@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .. import grid, uncertainty
+from .. import grid, schema, uncertainty
 from ..errors import SnlabError
 from ..hardware import field_dimension, hardware
 from ..schema import PRECISIONS
@@ -48,6 +48,8 @@ REASONS = ("ok",) + tuple(r.message for r in pl.RULES) + ("does not fit in devic
 #: the largest parallel degree, micro-batch or interleaving a plan may name (a thousand
 #: times the largest clusters of 2026), and the largest global batch [sequences]
 MAX_DEGREE, MAX_GLOBAL_BATCH = 1e8, 1e12
+#: the longest sequence [tokens] and the most layers a pipeline stage may be given
+MAX_SEQ_LEN, MAX_STAGE_LAYERS = 1e9, 1e6
 DEGREES = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave")
 
 
@@ -65,23 +67,21 @@ def _check_ranges(merged: dict) -> None:
         for v in values:
             if v is None:
                 continue
-            if not grid.is_number(v) or not math.isfinite(v):
-                raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
+            if not grid.finite(v):
+                raise SnlabError(name, f"got {grid.show(v)}", pl.ALLOWED[name])
             if abs(v) > top:
                 raise SnlabError(name, f"got {v:g}", f"a whole number from 1 to {top:,.0f}")
     for name, ok in (("zero", lambda v: v in (0, 1, 2, 3)),
-                     ("seq_len", lambda v: v is None or (float(v).is_integer() and 1 <= v <= 1e9)),
+                     ("seq_len", lambda v: v is None or (float(v).is_integer() and 1 <= v <= MAX_SEQ_LEN)),
                      ("optimizer_bytes", lambda v: 0 <= v <= 64),
-                     ("first_stage_layers", lambda v: float(v).is_integer() and 0 <= v <= 1e6),
-                     ("last_stage_layers", lambda v: float(v).is_integer() and 0 <= v <= 1e6),
+                     ("first_stage_layers", lambda v: float(v).is_integer() and 0 <= v <= MAX_STAGE_LAYERS),
+                     ("last_stage_layers", lambda v: float(v).is_integer() and 0 <= v <= MAX_STAGE_LAYERS),
                      ("capacity_factor", lambda v: v == 0 or 0.1 <= v <= 64),
                      ("expert_imbalance", lambda v: v is None or 1 <= v <= 64),
                      ("chunk_overhead_s", lambda v: 0 <= v <= 0.1)):
         for v in grid.axis_values(name, merged[name]):
-            if v is not None and not grid.is_number(v):
-                raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
-            if v is not None and (not math.isfinite(v) or not ok(v)):
-                raise SnlabError(name, f"got {v!r}", pl.ALLOWED[name])
+            if v is not None and (not grid.finite(v) or not ok(v)):
+                raise SnlabError(name, f"got {grid.show(v)}", pl.ALLOWED[name])
 
 
 def _plan_axes(model: Model, merged: dict, axes: dict) -> tuple[dict, dict]:
@@ -129,8 +129,8 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     if merged["expert_imbalance"] is None:
         merged["expert_imbalance"] = model.moe.load_imbalance if model.moe else 1.0
     columns, labels = _plan_axes(model, merged, axes)
-    hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]), "a " + field_dimension(name)
-                                  + " value", field_dimension(name))
+    hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]),
+                                  schema.describe(field_dimension(name)), field_dimension(name))
                for name in SYSTEM_FIELDS if name in axes}
     hw = hardware(system, precision)
     if not hw_axes and all(len(v) == 1 for v in columns.values()):
@@ -163,9 +163,8 @@ def _check_precision(precision) -> None:
 
 
 def _check_devices(devices) -> None:
-    if devices is not None and (not grid.is_number(devices) or devices != int(devices)
-                                or not 1 <= devices <= MAX_DEVICES):
-        raise SnlabError("devices", f"got {devices!r}", f"a whole number from 1 to {MAX_DEVICES:,}")
+    if devices is not None:
+        grid.whole_number("devices", devices, 1, MAX_DEVICES)
 
 
 def plan_of(g: dict) -> pl.Plan:
@@ -222,7 +221,7 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
     """
     m, s = _resolve(model, system)
     for name, value in plan.items():
-        if isinstance(value, (list, tuple, np.ndarray, range)):
+        if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim > 0):
             raise SnlabError(name, "got a list", "one value; use snlab.sweep for grids")
     _check_devices(devices)
     g, hw, labels = _grid(m, s, plan, precision)
@@ -297,11 +296,11 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     code = np.where(valid & fits_dev & ~np.broadcast_to(out["fits"], (n,)), len(pl.RULES) + 2, code)
     data["valid"] = valid
     data["reason"] = pd.Categorical.from_codes(code, list(REASONS))
-    # the error band of published training runs on this chip family (NaN: none)
+    # the error band of published training runs on this chip family: missing (pd.NA) where
+    # no run checks it, as in rows that break a rule; band_runs says how many runs
     band = uncertainty.band("training", system.device.family)
-    low, high = (band.low, band.high) if band.runs else (np.nan, np.nan)
-    data["step_time_s_low"], data["step_time_s_high"] = data["step_time_s"] * low, data["step_time_s"] * high
-    data["mfu_low"], data["mfu_high"] = data["mfu"] / high, data["mfu"] / low
+    data["step_time_s_low"], data["step_time_s_high"] = uncertainty.columns(band, data["step_time_s"], "time")
+    data["mfu_low"], data["mfu_high"] = uncertainty.columns(band, data["mfu"])
     data["band_runs"] = np.full(n, band.runs)
     wall = np.stack([out["wall_compute_s"], out["wall_communication_s"], out["wall_memory_s"]])
     limited = np.argmax(np.broadcast_to(wall, (3, n)), axis=0)
@@ -322,9 +321,12 @@ def sweep(model, system, *, precision="bf16", devices=None, **axes):
     their plan, carry ``valid``/``fits`` False and the ``reason``.
     """
     import pandas as pd
+    specs = {"model": grid.axis_values("model", model), "system": grid.axis_values("system", system),
+             "precision": grid.axis_values("precision", precision)}
+    # the whole product counts: lists of models, systems and precisions multiply the grid
+    grid.check_size({**specs, **{k: grid.axis_values(k, v) for k, v in axes.items()}})
     frames = []
-    for m_spec, s_spec, prec in itertools.product(grid.axis_values("model", model), grid.axis_values("system", system),
-                                                 grid.axis_values("precision", precision)):
+    for m_spec, s_spec, prec in itertools.product(*specs.values()):
         m, s = _resolve(m_spec, s_spec)
         g, hw, labels, broken, out = evaluate(m, s, axes, prec, devices)
         frames.append(_frame(m, s, prec, g, labels, broken, out, hw))
@@ -351,9 +353,7 @@ def search_space(model: Model, devices: int, global_batch: int, **fixed):
     cps = fixed.pop("cp", [x for x in (1, 2, 4, 8) if model.seq_len % x == 0])
     experts = model.moe.experts if model.moe else 1
     def degree(name, x) -> int:
-        if not grid.is_number(x) or not math.isfinite(x) or x < 1 or x != int(x) or x > MAX_DEGREE:
-            raise SnlabError(name, f"got {x!r}", pl.ALLOWED[name])
-        return int(x)
+        return grid.whole_number(name, x, 1, MAX_DEGREE, pl.ALLOWED[name])
 
     fixed_ep = [degree("ep", e) for e in grid.axis_values("ep", fixed["ep"])] if "ep" in fixed else None
     rows = []
@@ -382,8 +382,9 @@ def search_space(model: Model, devices: int, global_batch: int, **fixed):
     return base, options, fixed
 
 
-#: the largest device count search takes (a thousand times the largest clusters of 2026)
-MAX_DEVICES = 100_000_000
+#: the largest device count search takes (a thousand times the largest clusters of 2026),
+#: and the most plans it lists
+MAX_DEVICES, MAX_TOP = 100_000_000, 1_000_000
 
 
 def search(model, system, *, devices: int, global_batch: int, precision: str = "bf16", top: int = 10,
@@ -395,11 +396,9 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     Keywords fix axes (``tp=8``, ``recompute="full"``, ``overlap="all"``).
     """
     m, s = _resolve(model, system)
-    for name, value, top_value in (("devices", devices, MAX_DEVICES), ("global_batch", global_batch, 1e9),
-                                   ("top", top, 1e6)):
-        if not grid.is_number(value) or value != int(value) or not 1 <= value <= top_value:
-            raise SnlabError(name, f"got {value!r}", f"a whole number from 1 to {top_value:,.0f}")
-    base, options, fixed = search_space(m, int(devices), int(global_batch), **fixed)
+    devices, global_batch, top = (grid.whole_number(name, value, 1, top_value) for name, value, top_value in (
+        ("devices", devices, MAX_DEVICES), ("global_batch", global_batch, MAX_GLOBAL_BATCH), ("top", top, MAX_TOP)))
+    base, options, fixed = search_space(m, devices, global_batch, **fixed)
     g_opts, hw, labels = _grid(m, s, {**fixed, **options, "global_batch": global_batch,
                                       "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1}, precision)
     cols = grid.flatten(g_opts, grid.grid_shape(g_opts))

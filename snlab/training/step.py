@@ -482,13 +482,15 @@ def schedule(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict, d
     mb_time = cm.overlapped_time(compute_time=comp.per_microbatch, comm_time=comm_mb, overlap=level,
                                  overlap_contention=kappa)
     total_can = sum(can.values())
-    exposed = {x: m * (parts[x] - hidden * where(total_can > 0, can[x] / where(total_can > 0, total_can, 1.0),
-                                                      0.0)) for x in parts}
+    share = {x: where(total_can > 0, can[x] / where(total_can > 0, total_can, 1.0), 0.0) for x in parts}
+    # what each class shows: its time less its share of what was hidden, never below zero
+    # (the shares add up to the hidden time only to rounding)
+    exposed = {x: m * np.maximum(parts[x] - hidden * share[x], 0.0) for x in parts}
     dp_time, dp_hidden = _dp_step(plan, comp, dp)
     # the hidden part of the step's data-parallel traffic runs beside compute as long as itself
     dp_exposed = cm.overlapped_time(compute_time=dp_hidden, comm_time=dp_time, overlap=1.0,
                                     overlap_contention=kappa) - dp_hidden
-    exposed["dp"] = dp_time - dp_hidden
+    exposed["dp"] = np.maximum(dp_time - dp_hidden, 0.0)
     bubble_fraction = cw.pipeline_bubble_fraction(pp=plan.pp, interleave=plan.interleave, micro_batches=m)
     bubble = bubble_fraction * m * mb_time
     contention = kappa * (m * hidden + dp_hidden)

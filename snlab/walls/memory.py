@@ -162,13 +162,13 @@ kv_cache_per_token_mla = Formula(
 
 usable_memory = Formula(
     "usable_memory", "capacity",
-    (sym.capacity - sym.memory_reserve) * sym.allocator_efficiency,
+    sp.Max(sym.capacity - sym.memory_reserve, 0) * sym.allocator_efficiency,
     "PyTorch issue #107667 (CUDA context about 300 MB with lazy loading); NCCL src/init.cc (about "
     "9 MiB of buffers per channel and peer); HCCL_BUFFSIZE (2 x 200 MB per communicator on Ascend); "
     "the caching allocator's reserved-over-allocated overhead in Megatron-LM training logs",
     "Memory a training job can actually use: the capacity the driver reports, less what the "
     "runtime holds before the job allocates, times the fraction the caching allocator can "
-    "hand out without fragmenting.",
+    "hand out without fragmenting; nothing when the reserve takes it all.",
 )
 
 memory_headroom = Formula(
