@@ -72,9 +72,11 @@ def placements(n, stride, hw: Hardware):
     cap = per_domain(stride, hw)
     sizes = np.unique(np.asarray(n, dtype=float))
     sizes = sizes[np.isfinite(sizes) & (sizes == np.round(sizes)) & (np.abs(sizes) <= MAX_GROUP)]
-    top = float(np.max(cap))
-    for n1 in sorted({d for v in sizes for d in divisors(int(v))[1:] if d <= top}):
-        yield (np.mod(n, n1) == 0) & (n1 <= cap), n1, n / n1
+    found = {d for v in sizes for d in divisors(int(v))[1:]}
+    if found:                                   # (an empty grid has no sizes)
+        top = float(np.max(cap))
+        for n1 in sorted(d for d in found if d <= top):
+            yield (np.mod(n, n1) == 0) & (n1 <= cap), n1, n / n1
 
 
 def fastest(price, n, stride, hw: Hardware):

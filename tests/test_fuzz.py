@@ -41,14 +41,15 @@ WORDS = ["bf16", "fp8", "fp32", "none", "selective", "full", "standard", "all", 
 numbers = st.one_of(
     st.integers(-3, 64), st.integers(2 ** 62, 2 ** 80), st.integers(-2 ** 80, -2 ** 62),
     st.floats(allow_nan=True, allow_infinity=True), st.floats(0.0, 1.0), st.floats(1e-320, 1e-300),
-    st.floats(1e300, 1.7e308), st.sampled_from([0.5, 1.5, 8.0, 1e9, 1e15, 1e16]))
+    st.floats(1e300, 1.7e308), st.sampled_from([0.5, 1.5, 8.0, 1e9, 1e15, 1e16]), st.just(10**400))
 scalars = st.one_of(numbers, st.sampled_from(WORDS), st.booleans(), st.none(), st.binary(max_size=3))
 values = st.one_of(
     scalars, scalars,
     st.lists(numbers | st.sampled_from(WORDS), max_size=3),
     st.dictionaries(st.sampled_from(["dp", "tp", "x", ""]), numbers | st.sampled_from(WORDS), max_size=2),
     st.builds(lambda xs: np.asarray(xs), st.lists(st.floats(allow_nan=True), min_size=0, max_size=3)),
-    st.just(np.array([[1, 2], [4, 8]])), st.just(np.array(["a", "b"])), st.just(np.array([], dtype=float)))
+    st.just(np.array([[1, 2], [4, 8]])), st.just(np.array(["a", "b"])), st.just(np.array([], dtype=float)),
+    st.builds(np.asarray, st.integers(-3, 64) | st.floats(allow_nan=True)))     # arrays of no dimension
 
 
 def kwargs(fields, max_size=3):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SnlabError
-from ..grid import first_broken, rounded
+from ..grid import finite, first_broken, rounded, show
 from . import stages
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
@@ -156,9 +156,8 @@ def overlap_levels(spec) -> dict[str, float]:
     for key, value in levels.items():
         if key not in OVERLAP_CLASSES:
             raise SnlabError("overlap", f"unknown class {key!r}", ALLOWED["overlap"])
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                or not 0.0 <= float(value) <= 1.0:
-            raise SnlabError(f"overlap.{key}", f"got {value!r}", "a level in [0, 1]")
+        if not finite(value) or not 0.0 <= value <= 1.0:
+            raise SnlabError(f"overlap.{key}", f"got {show(value)}", "a level in [0, 1]")
     return {k: float(v) for k, v in levels.items()}
 
 
