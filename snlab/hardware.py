@@ -20,8 +20,12 @@ from .walls import memory as mw
 if TYPE_CHECKING:
     from .specs import System
 
-#: bytes per element of each precision (weights, KV cache, messages)
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5}
+#: bytes per element of each precision (weights, KV cache, messages); fp4 is NVIDIA's NVFP4,
+#: 16 four-bit values sharing one FP8 (E4M3) scale: 4.5 bits an element (NVIDIA technical
+#: blog, 'Introducing NVFP4 for efficient and accurate low-precision inference', 2025-06;
+#: the per-tensor FP32 scale is negligible). 8-bit formats' per-channel or 128-element
+#: block scales add under 1% and are left out
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5625}
 #: activations, tensor-parallel messages and the expert combine: 16-bit
 ACTIVATION_BYTES = 2.0
 #: bytes of extra memory traffic per element a matrix multiply takes in FP8 with Transformer
@@ -85,6 +89,10 @@ class Hardware:
     scale_out_ep_combine_efficiency: float
     scale_out_ep_bulk_efficiency: float
     flash_attention_efficiency: float = 0.0
+    kernel_floor: float = 0.0
+    decode_attention_floor: float = 0.0
+    launch_overhead: float = 0.0
+    scale_up_direct_call_latency: float = 0.0
     scale_up_node_latency: float = 0.0
     devices_per_node: float = 0.0
     cast_bytes: float = 0.0
@@ -98,6 +106,16 @@ class Hardware:
     peak_ratio_fp8: float = 1.0
     peak_ratio_int8: float = 1.0
     peak_ratio_fp4: float = 1.0
+    efficiency_ratio_bf16: float = 1.0
+    efficiency_ratio_fp16: float = 1.0
+    efficiency_ratio_fp8: float = 1.0
+    efficiency_ratio_int8: float = 1.0
+    efficiency_ratio_fp4: float = 1.0
+    gemm_half_bf16: float = 0.0
+    gemm_half_fp16: float = 0.0
+    gemm_half_fp8: float = 0.0
+    gemm_half_int8: float = 0.0
+    gemm_half_fp4: float = 0.0
 
     def replace(self, **changes) -> "Hardware":
         """A copy with fields changed (sweep axes, overrides of one call). A new
@@ -149,6 +167,14 @@ class Hardware:
         """Dense peak at ``dtype`` over the bf16 peak."""
         return getattr(self, f"peak_ratio_{dtype}")
 
+    def gemm_half(self, dtype: str):
+        """Output elements at which a GEMM at ``dtype`` runs at half its large-GEMM rate."""
+        return getattr(self, f"gemm_half_{dtype}")
+
+    def efficiency_ratio(self, dtype: str):
+        """Large-GEMM efficiency at ``dtype`` over the bf16 one."""
+        return getattr(self, f"efficiency_ratio_{dtype}")
+
 
 def roofline_inputs(peak_flops, gemm_efficiency, sustained_clock, memory_bandwidth, memory_efficiency) -> dict:
     """The keyword inputs of :data:`snlab.walls.compute.roofline_time` and ``gemm_time``."""
@@ -165,7 +191,8 @@ def device_roofline(device, precision: str = "bf16", sustained_clock=None) -> di
 
 #: every field, in order: the names a sweep may vary (the ratios are derived, not set)
 FIELDS = tuple(f.name for f in dataclasses.fields(Hardware)
-               if not f.name.startswith(("peak_ratio_", "attention_")) and f.name != "cast_bytes")
+               if not f.name.startswith(("peak_ratio_", "efficiency_ratio_", "gemm_half_", "attention_"))
+               and f.name != "cast_bytes")
 
 
 @lru_cache(maxsize=256)
@@ -197,7 +224,11 @@ def hardware(system: "System", precision: str = "bf16") -> Hardware:
         attention_efficiency_ratio=dev.gemm_efficiency / dev.gemm_efficiency_at(precision),
         sustained_clock=dev.sustained_clock, dies=float(dev.dies),
         decode_attention_efficiency=dev.decode_attention_efficiency, **levels,
+        kernel_floor=dev.kernel_floor, decode_attention_floor=dev.decode_attention_floor,
+        launch_overhead=dev.launch_overhead, scale_up_direct_call_latency=up.direct_call_latency,
         **{f"peak_ratio_{d}": dev.peak_flops.get(d, bf16) / bf16 for d in DTYPE_BYTES},
+        **{f"efficiency_ratio_{d}": dev.gemm_efficiency_at(d) / dev.gemm_efficiency for d in DTYPE_BYTES},
+        **{f"gemm_half_{d}": dev.gemm_half_elements_at(d) for d in DTYPE_BYTES},
     ))
 
 
@@ -211,7 +242,7 @@ def _numpy_scalars(hw: Hardware) -> Hardware:
 #: ``pool_capacity`` is the domain's pool over its devices, in the pool's dimension
 PRESET_FIELDS = {
     **{f"{level}_{f}": ("system", level, f) for level in ("scale_up", "scale_out")
-       for f in ("bandwidth", "latency", "efficiency", "call_latency", "ep_dispatch_efficiency",
+       for f in ("bandwidth", "latency", "efficiency", "call_latency", "direct_call_latency", "ep_dispatch_efficiency",
                  "ep_combine_efficiency", "ep_bulk_efficiency")},
     "scale_up_domain_size": ("system", "scale_up", "domain_size"),
     "scale_up_node_latency": ("system", "scale_up", "node_latency"),
@@ -225,7 +256,8 @@ PRESET_FIELDS = {
     **{f: ("device", "calibration", f) for f in ("gemm_efficiency", "memory_efficiency", "sustained_clock",
                                                  "decode_attention_efficiency", "memory_reserve",
                                                  "allocator_efficiency", "overlap_contention",
-                                                 "flash_attention_efficiency")},
+                                                 "flash_attention_efficiency", "kernel_floor",
+                                                 "decode_attention_floor", "launch_overhead")},
 }
 
 

@@ -38,10 +38,14 @@ DEVICE = {
                     ("sustained_clock", "1", False), ("decode_attention_efficiency", "fraction0", False),
                     ("memory_reserve", "bytes0", True), ("allocator_efficiency", "1", True),
                     ("overlap_contention", "fraction0", True), ("gemm_efficiency_fp8", "fraction0", False),
-                    ("flash_attention_efficiency", "fraction0", False)],
+                    ("gemm_efficiency_fp4", "fraction0", False), ("flash_attention_efficiency", "fraction0", False),
+                    ("kernel_floor", "s", False), ("decode_attention_floor", "s", False), ("launch_overhead", "s", False),
+                    ("gemm_half_elements", "count0", False), ("gemm_half_elements_fp8", "count0", False),
+                    ("gemm_half_elements_fp4", "count0", False)],
 }
 LEVEL = [("bandwidth", "bytes/s", True), ("latency", "s", True), ("efficiency", "1", True),
-         ("call_latency", "s", False), ("node_latency", "s", False), ("ep_dispatch_efficiency", "fraction0", False),
+         ("call_latency", "s", False), ("node_latency", "s", False), ("direct_call_latency", "s", False),
+         ("ep_dispatch_efficiency", "fraction0", False),
          ("ep_combine_efficiency", "fraction0", False), ("ep_bulk_efficiency", "fraction0", False)]
 SYSTEM = {
     "": [("devices_per_node", "count", True), ("max_devices", "count", False)],

@@ -91,8 +91,18 @@ class Device:
         runtime context, communication buffers).
     allocator_efficiency : fraction of the rest the caching allocator can hand out.
     overlap_contention : compute time lost per second of communication hidden behind it.
-    gemm_efficiency_fp8 : achievable fraction of the FP8 peak for large matrix
-        multiplies; 0 means "use gemm_efficiency".
+    gemm_efficiency_fp8, gemm_efficiency_fp4 : achievable fraction of the FP8 (FP4)
+        peak for large matrix multiplies; 0 means "use gemm_efficiency".
+    kernel_floor : seconds one kernel takes beyond its roofline when a step's kernels
+        are replayed from a captured graph (CUDA graphs, an NPU's graph mode): launch
+        inside the graph, prologue and tail; 0 means none.
+    decode_attention_floor : the same for one decode-attention call over a paged KV cache.
+    launch_overhead : host seconds to launch one kernel without a captured graph (the
+        kernel cannot start sooner); 0 means the same as kernel_floor.
+    gemm_half_elements, gemm_half_elements_fp8, gemm_half_elements_fp4 : output
+        elements (M x N) at which a GEMM in 16 bits (FP8, FP4) runs at half its
+        large-GEMM rate (:data:`snlab.walls.compute.gemm_occupancy`); 0 means no such
+        limit is measured (int8 takes FP8's, fp16 BF16's).
     flash_attention_efficiency : achievable fraction of the 16-bit peak of the fused
         attention kernel in training; 0 means "as a 16-bit matrix multiply".
     family : the chip the device is built around ("A100", "H100", ...): published runs
@@ -115,6 +125,13 @@ class Device:
     overlap_contention: float = 0.0
     gemm_efficiency_fp8: float = 0.0
     flash_attention_efficiency: float = 0.0
+    gemm_efficiency_fp4: float = 0.0
+    kernel_floor: float = 0.0
+    decode_attention_floor: float = 0.0
+    launch_overhead: float = 0.0
+    gemm_half_elements: float = 0.0
+    gemm_half_elements_fp8: float = 0.0
+    gemm_half_elements_fp4: float = 0.0
     family: str = ""
     provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
 
@@ -138,11 +155,15 @@ class Device:
     def replace(self, **changes) -> "Device":
         return _replace(self, changes)
 
+    def gemm_half_elements_at(self, precision: str) -> float:
+        """Output elements at which a GEMM at ``precision`` runs at half its large-GEMM rate."""
+        return {"fp8": self.gemm_half_elements_fp8, "int8": self.gemm_half_elements_fp8,
+                "fp4": self.gemm_half_elements_fp4}.get(precision, self.gemm_half_elements)
+
     def gemm_efficiency_at(self, precision: str) -> float:
         """Achievable fraction of the peak at ``precision`` for large matrix multiplies."""
-        if precision == "fp8" and self.gemm_efficiency_fp8:
-            return self.gemm_efficiency_fp8
-        return self.gemm_efficiency
+        own = {"fp8": self.gemm_efficiency_fp8, "fp4": self.gemm_efficiency_fp4}.get(precision, 0.0)
+        return own or self.gemm_efficiency
 
     @property
     def usable_memory(self) -> float:
@@ -172,6 +193,10 @@ class Level:
     collective step, software included; efficiency: achievable fraction of bandwidth
     in collectives; domain_size: devices in one domain (scale-up only);
     call_latency [s]: fixed cost of one collective call (launch, synchronisation).
+    direct_call_latency [s]: fixed cost of one one-shot all-reduce by the inference
+    engines' own kernels (every device reads its peers' buffers over the scale-up
+    links; vLLM's, SGLang's and TensorRT-LLM's custom all-reduce); 0 means the level
+    has none and small all-reduces take the collective library's.
     node_latency [s]: per-step latency between devices of the same node when the
     domain spans several nodes (0: the same as latency).
     ep_dispatch_efficiency, ep_combine_efficiency: achievable fraction of bandwidth of
@@ -187,6 +212,7 @@ class Level:
     domain_size: int = 0
     call_latency: float = 0.0
     node_latency: float = 0.0
+    direct_call_latency: float = 0.0
     ep_dispatch_efficiency: float = 0.0
     ep_combine_efficiency: float = 0.0
     ep_bulk_efficiency: float = 0.0
@@ -452,6 +478,7 @@ def _validate_level(lvl: "Level", name: str) -> None:
     schema.check_range(lvl.latency, "s", f"{name}.latency")
     schema.check_range(lvl.efficiency, "1", f"{name}.efficiency")
     schema.check_range(lvl.call_latency, "s", f"{name}.call_latency")
+    schema.check_range(lvl.direct_call_latency, "s", f"{name}.direct_call_latency")
     if lvl.domain_size:
         schema.check_range(lvl.domain_size, "count", f"{name}.domain_size")
     for f in ("ep_dispatch_efficiency", "ep_combine_efficiency", "ep_bulk_efficiency"):
@@ -490,9 +517,13 @@ def _validate_device(obj: "Device", name: str) -> None:
     if obj.memory_reserve >= obj.hbm_capacity:
         raise SnlabError(f"{name}.memory_reserve", f"{obj.memory_reserve:g} B is all of the capacity",
                          f"less than hbm_capacity = {obj.hbm_capacity:g} B")
-    for f in ("gemm_efficiency_fp8", "flash_attention_efficiency"):
+    for f in ("gemm_efficiency_fp8", "gemm_efficiency_fp4", "flash_attention_efficiency"):
         if getattr(obj, f):   # 0: not set, gemm_efficiency applies
             schema.check_range(getattr(obj, f), "1", f"{name}.{f}")
+    for f in ("kernel_floor", "decode_attention_floor", "launch_overhead"):
+        schema.check_range(getattr(obj, f), "s", f"{name}.{f}")
+    for f in ("gemm_half_elements", "gemm_half_elements_fp8", "gemm_half_elements_fp4"):
+        schema.check_range(getattr(obj, f), "count0", f"{name}.{f}")
     schema.check_range(obj.dies, "count", f"{name}.dies")
     if obj.decode_attention_efficiency:   # 0: not set, gemm_efficiency applies
         schema.check_range(obj.decode_attention_efficiency, "1", f"{name}.decode_attention_efficiency")

@@ -15,6 +15,16 @@ from .presets import read_toml
 from .presets.loader import DATA
 
 REGIMES = ("training", "serving decode", "serving prefill")
+#: an offline serving run whose prompts are this many times its outputs or more spends most
+#: of its time in prefill, and is held to the prefill regime's band
+PREFILL_HEAVY = 8
+
+
+def offline_regime(prompt_len, output_len) -> str:
+    """The regime of an offline run (every request queued at once): ``serving prefill``
+    when its prompts are at least :data:`PREFILL_HEAVY` times its outputs, else
+    ``serving decode``."""
+    return "serving prefill" if prompt_len >= PREFILL_HEAVY * output_len else "serving decode"
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {
     "snlab/training/step.py": ["tests/test_training_parts.py"],
     "snlab/training/stages.py": ["tests/test_training_parts.py", "tests/test_modern_shapes.py"],
-    "snlab/serving/step.py": ["tests/test_serving_parts.py"],
+    "snlab/serving/step.py": ["tests/test_serving_parts.py", "tests/test_serving_engine.py"],
+    "snlab/serving/engine.py": ["tests/test_serving_engine.py", "tests/test_serving_parts.py"],
+    "snlab/serving/offline.py": ["tests/test_serving_engine.py"],
     "snlab/network.py": ["tests/test_training_parts.py", "tests/test_serving_parts.py", "tests/test_collectives.py",
                          "tests/test_serving_microbench.py"],
 }
@@ -109,6 +111,20 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("snlab/serving/step.py", '"kv_bytes_per_token": place.kv_per_token * np.ones_like(step)',
      "Mult -> Div: place.kv_per_token * np.ones_like(step)"): "broadcasts against ones: * or / is the same",
     ("snlab/serving/step.py", '"fits": place.weights_fit & (place.unplaced <= 0)', "constant 0 -> 1"): _BYTE,
+    ("snlab/training/step.py", "free = np.maximum(1 - busy / where(comp.per_microbatch > 0, comp.per_microbatch, 1.0)",
+     "constant 1.0 -> 2 in where(comp.per_microbatch > 0, comp.per_microbatch, 1.0)"): _GUARD,
+    ("snlab/serving/engine.py", "np.searchsorted(CAPTURED_BATCHES, sequences - 1e-9)",
+     "constant 1e-09 -> 2e-09"): "a tolerance that lets a batch of exactly a captured size run that size: any small one does",
+    ("snlab/serving/engine.py", "return kernel_time(hw, graphs) + cw.roofline_time(flops=0.0", "constant 0.0 -> 1"): _ROOF,
+    ("snlab/serving/step.py", "elementwise = cw.roofline_time(flops=0.0", "constant 0.0 -> 1"): _ROOF,
+    ("snlab/serving/step.py", "expert_ffn=float(model.moe.expert_ffn_hidden_size if model.moe else 0)",
+     "constant 0 -> 1"): "the expert width of a dense model, which has no routed expert to size",
+    ("snlab/serving/offline.py", "free = np.maximum(hw.hbm_capacity - hw.memory_reserve - weights_per_device, 0.0)",
+     "constant 0.0 -> 1"): _BYTE,
+    ("snlab/serving/step.py", "kv_memory = dep.kv_fraction * np.maximum(hw.hbm_capacity - hw.memory_reserve",
+     "constant 0.0 -> 1"): _BYTE,
+    ("snlab/serving/step.py", "utilization = (kv_memory + w.per_device) / np.maximum(hw.hbm_capacity, 1.0)",
+     "constant 1.0 -> 2"): "guards a division by a device with no HBM; every device has gigabytes",
 }
 SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
 SECONDS_PER_MUTANT = 20

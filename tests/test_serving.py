@@ -76,14 +76,20 @@ def test_mla_kv_cache_is_not_split_by_tensor_parallelism():
 
 def test_large_ep_decode_on_a_supernode_and_on_dgx_nodes():
     """DeepSeek-V3 at EP144: the all-to-all crosses InfiniBand between 18 DGX nodes but
-    stays on the unified bus inside CloudMatrix384."""
+    stays on the unified bus inside CloudMatrix384. Two micro-batches hide most of it on
+    both (SGLang's two-batch overlap), so the DGX nodes end up bound by compute, and per
+    device the two land within each other's error bands: no winner to call."""
     dep = dict(dp=144, ep=144, batch=144 * 96, prompt_len=4096, output_len=256, weight_dtype="int8",
                draft_tokens=1, acceptance=0.7, microbatches=2)
     dgx = serve("deepseek-v3", "dgx-h100", **dep)
     cm = serve("deepseek-v3", "cloudmatrix384", **dep)
     assert dgx.time_s["ep"] > 2 * cm.time_s["ep"]
-    assert dgx.limited_by == "communication"
-    assert cm.decode_tokens_per_s_per_device > dgx.decode_tokens_per_s_per_device
+    assert dgx.time_s["ep_exposed"] > 2 * cm.time_s["ep_exposed"]
+    assert dgx.limited_by == "compute" and cm.limited_by != "communication"
+    rate = {"dgx": dgx.decode_tokens_per_s_per_device, "cm": cm.decode_tokens_per_s_per_device}
+    low = {"dgx": dgx.decode_tokens_per_s_per_device_low, "cm": cm.decode_tokens_per_s_per_device_low}
+    high = {"dgx": dgx.decode_tokens_per_s_per_device_high, "cm": cm.decode_tokens_per_s_per_device_high}
+    assert low["dgx"] < high["cm"] and low["cm"] < high["dgx"], rate    # the bands overlap
 
 
 def test_speculative_decoding_helps_most_when_memory_bound():

@@ -80,6 +80,52 @@ def test_borrowed_memory_is_charged_to_the_lenders(capsys):
 
 
 def test_no_band_without_published_runs():
-    r = snlab.serve("llama3-70b", "gb200-nvl72", tp=8, batch=4, prompt_len=1000, output_len=100)
+    r = snlab.serve("llama3-70b", "dgx-a100", tp=8, batch=4, prompt_len=1000, output_len=100)
     assert r.band_runs == 0 and r.tpot_s_low is None and "no published" in r.band
     assert "null" in r.to_json()
+
+
+OFFLINE = ["--scenario", "offline", "--requests", "3000", "--prompt-len", "1000", "--output-len", "1000"]
+
+
+@pytest.mark.parametrize("system", snlab.presets.names("system"))
+def test_the_offline_scenario_runs_dense_and_moe_models_on_every_system(system):
+    for model, kw in (("llama3-8b", dict(tp=1)), ("qwen3-30b-a3b", dict(tp=1, weight_dtype="fp8"))):
+        r = snlab.serve(model, system, scenario="offline", requests=3000, prompt_len=1000, output_len=1000, **kw)
+        o = r.offline
+        assert r.fits and o["tokens_per_s"] > 0 and o["waves"] >= 1 and o["sequences"] >= 1, (model, system)
+        assert r.deployment["batch"] == o["sequences"] and r.kv_location == "hbm"
+        assert o["ttft_s"] > 0 and o["tpot_s"] > 0 and o["makespan_s"] > o["tpot_s"] * 999
+
+
+def test_the_offline_table_and_json():
+    out = run("--model", "llama3-70b", "--system", "dgx-h100,dgx-b200", "--tp", "2", "--weight-dtype", "fp8",
+              "--kv-dtype", "fp8", *OFFLINE).stdout
+    assert "offline: output tokens/s" in out and "waves" in out and "tokens per step" in out
+    data = json.loads(run("--model", "deepseek-v3", "--system", "dgx-b200", "--tp", "8", "--ep", "8",
+                          "--weight-dtype", "fp8", *OFFLINE, "--max-sequences", "256", "--json").stdout)
+    assert data["deployment"]["scenario"] == "offline" and data["offline"]["sequences"] == 256
+    assert data["offline"]["waves"] == 12 and data["deployment"]["batch"] == 256
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--requests", "0"], "requests"), (["--kv-fraction", "1.5"], "kv_fraction"),
+    (["--kv-fraction", "0"], "kv_fraction"), (["--max-sequences", "64", "--max-step-tokens", "10"], "max_step_tokens"),
+    (["--kv-block-tokens", "0"], "kv_block_tokens"), (["--graphs", "maybe"], "graphs"),
+    (["--expert-imbalance", "0.5"], "expert_imbalance"), (["--host-step-s", "5"], "host_step_s"),
+    (["--scenario", "bogus"], "scenario"), (["--max-sequences", "-1"], "max_sequences"),
+])
+def test_impossible_offline_inputs_name_their_field(flags, field):
+    args = ["--model", "llama3-8b", "--system", "dgx-h100", "--scenario", "offline", "--requests", "100",
+            "--prompt-len", "100", "--output-len", "100"]
+    proc = run(*args, *flags, check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"snlab: error: {field}:"), proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_offline_scenario_needs_its_requests():
+    proc = run("--model", "llama3-8b", "--system", "dgx-h100", "--scenario", "offline", "--prompt-len", "100",
+               "--output-len", "100", check=False)
+    assert proc.returncode == 2 and "requests" in proc.stderr and "missing" in proc.stderr
+    with pytest.raises(snlab.SnlabError, match="requests"):
+        snlab.serve("llama3-8b", "dgx-h100", scenario="offline", prompt_len=100, output_len=100)

@@ -391,6 +391,28 @@ def test_the_data_parallel_reduction_hides_behind_the_last_backward_but_one_chun
     assert sched.dp_exposed == approx(total - hidden + 0.2 * min(hidden, total))
 
 
+def test_the_data_parallel_reduction_hides_only_behind_compute_left_free():
+    """A micro-batch's compute that its own collectives already hide behind cannot hide the
+    data-parallel reduction too: that reduction takes the rest, spread evenly over the pass."""
+    overlap = {f"overlap_{c}": 0.0 for c in pl.OVERLAP_CLASSES}
+    p = plan(tp=8, sequence_parallel=1, dp=8, zero_stage=1, **{**overlap, "overlap_tp": 1.0, "overlap_dp": 1.0})
+    lay, comp, comm, dp, off, sched = _step(p)
+    c = comp.per_microbatch
+    busy = min(comm["tp"], c)                                    # what the tensor-parallel traffic hides behind
+    assert 0 < busy < c
+    free = 1 - busy / c
+    backward = (c - comp.stage_forward) * free
+    hidden = min(dp.reduce * (1 - 1 / L), backward) + min(dp.gather * (1 - 1 / L), comp.stage_forward * free)
+    total = dp.reduce + dp.gather
+    assert sched.exposed["dp"] == approx(total - hidden)
+    assert sched.contention == approx(0.2 * (lay.micro_batches * busy + hidden))
+    # a micro-batch hidden behind in full leaves the reduction nothing to hide behind
+    slow = dataclasses.replace(HW, scale_up_bandwidth=1e8)
+    lay, comp, comm, dp, off, sched = _step(p, slow)
+    assert comm["tp"] > comp.per_microbatch
+    assert sched.exposed["dp"] == approx(dp.reduce + dp.gather)
+
+
 def test_utilisation_counts_causal_model_flops():
     p = plan(dp=8, global_batch=64, micro_batch=2)
     lay, comp, comm, dp, off, sched = _step(p)

@@ -1,7 +1,8 @@
 """The training model against published runs it was not fitted to.
 
 Each row of snlab/validation/training_runs.toml names its source, the metric and
-its definition; the prediction must stay within the row's tolerance.
+its definition; the prediction must stay within the training regime's one tolerance
+(snlab.validation.training.TOLERANCE), the same for every row.
 
 MFU definitions used by the sources:
 * Narayanan et al. 2021 (Table 1) report "TFLOP/s per GPU" from their Eq. 3, which
@@ -23,11 +24,26 @@ from snlab import validation
 TABLE = validation.training_table()
 
 
-@pytest.mark.parametrize("row", TABLE.to_dict("records"), ids=list(TABLE["id"]))
+def _checked(row):
+    """A row that says why the model misses it is expected outside the tolerance
+    (strictly: if it comes within, the reason must go)."""
+    if row["outside"]:
+        return pytest.param(row, marks=pytest.mark.xfail(reason=row["outside"], strict=True), id=row["id"])
+    return pytest.param(row, id=row["id"])
+
+
+@pytest.mark.parametrize("row", [_checked(r) for r in TABLE.to_dict("records")])
 def test_prediction_within_tolerance(row):
     assert abs(row["error"]) <= row["tolerance"], (
         f"{row['id']} ({row['where']}): predicted {row['predicted']:.4g} vs measured "
-        f"{row['measured']:.4g} {row['metric']}: {row['error']:+.1%}")
+        f"{row['measured']:.4g} {row['metric']}: {row['error']:+.1%}, outside the training regime's "
+        f"{row['tolerance']:.0%}")
+
+
+def test_one_tolerance_for_the_regime():
+    from snlab.validation.training import TOLERANCE
+    assert set(TABLE["tolerance"]) == {TOLERANCE["training"]} and TOLERANCE["training"] <= 0.20
+    assert TABLE["within"].mean() >= 0.9
 
 
 def test_every_run_names_a_known_source():
@@ -64,11 +80,11 @@ def test_a_user_run_file_is_read_and_checked(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text('[[run]]\nid = "mine"\nsource = "me"\nwhere = "lab notebook"\nmodel = "llama3-8b"\n'
                     'system = "dgx-h100"\nplan = { tp = 1, pp = 1, dp = 8, micro_batch = 1, global_batch = 8 }\n'
-                    'metric = "mfu"\nmeasured = 0.4\ntolerance = 0.2\n')
+                    'metric = "mfu"\nmeasured = 0.4\n')
     table = validation.training_table(path)
     assert list(table["id"]) == ["mine"] and 0 < table["predicted"][0] < 1
-    path.write_text(path.read_text().replace("tolerance = 0.2", "tolerance = 2"))
-    with pytest.raises(Exception, match="tolerance"):
+    path.write_text(path.read_text() + "tolerance = 0.5\n")
+    with pytest.raises(Exception, match="tolerance belongs to a kind of run"):
         validation.training_runs(path)
 
 
@@ -127,3 +143,11 @@ def test_the_readme_s_per_step_time_the_model_may_leave_out_at_scale():
                    f"({100 * best.mfu_low:.0f}% to {100 * best.mfu_high:.0f}%)"):
         assert figure in readme, figure
     assert low < best.mfu_low < high < best.mfu     # "across the low end of the band"
+
+
+def test_the_deep_pipeline_is_where_the_model_is_most_optimistic():
+    """Lesson 08's question: the 529.6B row (35 pipeline stages, micro-batch 1) comes out
+    faster than measured, and further off than the 39.1B row (2 stages)."""
+    rows = TABLE.set_index("id")
+    big, small = rows.loc["narayanan2021-table1-529.6b", "error"], rows.loc["narayanan2021-table1-39.1b", "error"]
+    assert big > 0 and abs(big) > abs(small) + 0.03

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..errors import SnlabError
 from ..units import fmt_bytes, fmt_seconds
+from ..serving.deployment import MAX_REQUESTS
 from ..serving.planner import MAX_COUNT, MAX_DEGREE, MAX_DRAFT_TOKENS
 from .common import count, number, print_json, seconds, side_by_side
 
@@ -28,13 +29,29 @@ FLAGS = {
     "draft_tokens": ("int0", "speculative / MTP draft tokens per step (default 0)"),
     "acceptance": ("fraction", "acceptance rate of a draft token (default 0.7)"),
     "microbatches": ("int", "2 for two-batch overlap (default 1)"),
-    "ep_overlap": ("fraction", "fraction of the expert all-to-all hidden, with --microbatches 2 (default 0)"),
+    "ep_overlap": ("fraction", "fraction of the expert all-to-all hidden, with --microbatches 2 (default 0.8 in decode, 0.6 in prefill)"),
     "prefill_batch": ("int", "prompts per prefill pass per replica (default 1)"),
     "hbm_utilization": ("fraction", "fraction of HBM for weights and KV cache (default 0.9)"),
     "pool_share": ("fraction", "fraction of the supernode pool's free memory usable (default 1)"),
     "kv_offload": ("str", "auto (spill to pool, host, SSD) or hbm (default auto)"),
     "output_dist": ("str", "output lengths for static batching: fixed, uniform, exponential"),
+    "scenario": ("str", "fixed (a batch of --batch sequences in flight) or offline (--requests queued at once, "
+                        "scheduled by the engine; default fixed)"),
+    "requests": ("requests", "requests of the offline scenario, e.g. 3000"),
+    "max_sequences": ("limit", "offline: sequences in flight per replica (default 0: what the KV cache holds, "
+                               "at most 4,096)"),
+    "max_step_tokens": ("limit", "offline: tokens a step may process per replica, chunked prefill included "
+                                 "(default 0: as trtllm-bench sets it)"),
+    "kv_fraction": ("open_fraction", "offline: fraction of the memory left after the weights given to the KV "
+                                     "cache (default 0.95)"),
+    "kv_block_tokens": ("block", "offline: tokens per KV-cache block (default 32)"),
+    "expert_imbalance": ("imbalance", "load of the busiest expert device over the mean (default 1.11, EPLB)"),
+    "graphs": ("bool", "on or off: the step replayed from a captured graph (default on)"),
+    "host_step_s": ("seconds", "host time per step not hidden behind the previous step, e.g. 2ms (default 0)"),
 }
+#: the largest per-replica limits the offline flags take
+MAX_LIMIT = 10**8
+_BOOL = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
 def register(sub) -> None:
@@ -65,6 +82,26 @@ def deployment(args) -> dict:
             out[flag] = count(flag, text, low=0, high=MAX_DRAFT_TOKENS)
         elif kind == "fraction":
             out[flag] = number(flag, text, 0.0, 1.0, "a fraction in [0, 1]")
+        elif kind == "open_fraction":
+            out[flag] = number(flag, text, 0.0, 1.0, "a fraction in (0, 1]")
+            if out[flag] == 0:
+                raise SnlabError(flag, f"got {text!r}", "a fraction in (0, 1]")
+        elif kind == "requests":
+            out[flag] = count(flag, text, high=MAX_REQUESTS)
+        elif kind == "limit":
+            out[flag] = count(flag, text, low=0, high=MAX_LIMIT)
+        elif kind == "block":
+            out[flag] = count(flag, text, high=1024)
+        elif kind == "imbalance":
+            out[flag] = number(flag, text, 1.0, 64.0, "a factor from 1 to 64")
+        elif kind == "bool":
+            if text.lower() not in _BOOL:
+                raise SnlabError(flag, f"got {text!r}", "on or off")
+            out[flag] = _BOOL[text.lower()]
+        elif kind == "seconds":
+            out[flag] = seconds(flag, text)
+            if not 0 <= out[flag] <= 1:
+                raise SnlabError(flag, f"got {text!r}", "a time from 0 to 1 s, e.g. 2ms")
         else:
             out[flag] = text
     for field in ("prompt_len", "output_len"):
@@ -110,6 +147,22 @@ ROWS = [
     ("fits", lambda r: "yes" if r.fits else "NO"),
     ("limited by", lambda r: r.limited_by),
 ]
+#: the offline scenario's rows, shown before the fixed batch's when the scenario is offline
+OFFLINE_ROWS = [
+    ("offline: output tokens/s", lambda r: _rate(r.offline["tokens_per_s"])),
+    ("  per device", lambda r: _rate(r.offline["tokens_per_s_per_device"])),
+    ("  published runs: from", lambda r: "-" if r.offline["tokens_per_s_per_device_low"] is None
+                              else _rate(r.offline["tokens_per_s_per_device_low"])),
+    ("  to", lambda r: "-" if r.offline["tokens_per_s_per_device_high"] is None
+             else _rate(r.offline["tokens_per_s_per_device_high"])),
+    ("offline: mean TTFT", lambda r: fmt_seconds(r.offline["ttft_s"])),
+    ("offline: mean TPOT", lambda r: fmt_seconds(r.offline["tpot_s"])),
+    ("sequences in flight per replica", lambda r: f"{r.offline['sequences']:,}"),
+    ("  the KV cache holds", lambda r: f"{r.offline['kv_sequences']:,}"),
+    ("waves", lambda r: f"{r.offline['waves']:,}"),
+    ("tokens per step", lambda r: f"{r.offline['step_tokens']:,}"),
+    ("run time", lambda r: fmt_seconds(r.offline["makespan_s"])),
+]
 
 
 def run(args) -> int:
@@ -131,5 +184,6 @@ def run(args) -> int:
         print(results[0])
         return 0
     print(f"{results[0].model}: {results[0].deployment_text()}")
-    side_by_side(results, ROWS, min_width=14)
+    offline = results[0].deployment["scenario"] == "offline"
+    side_by_side(results, (OFFLINE_ROWS + ROWS) if offline else ROWS, min_width=14)
     return 0

@@ -139,6 +139,9 @@ def _device(doc: dict, where: str, base=None, depth: int = 0) -> Device:
         memory_reserve=cal["memory_reserve"], allocator_efficiency=cal["allocator_efficiency"],
         overlap_contention=cal["overlap_contention"], gemm_efficiency_fp8=cal.get("gemm_efficiency_fp8", 0.0),
         flash_attention_efficiency=cal.get("flash_attention_efficiency", 0.0),
+        gemm_efficiency_fp4=cal.get("gemm_efficiency_fp4", 0.0), kernel_floor=cal.get("kernel_floor", 0.0),
+        decode_attention_floor=cal.get("decode_attention_floor", 0.0), launch_overhead=cal.get("launch_overhead", 0.0),
+        **{f: cal.get(f, 0.0) for f in ("gemm_half_elements", "gemm_half_elements_fp8", "gemm_half_elements_fp4")},
         provenance=MappingProxyType(prov))
 
 

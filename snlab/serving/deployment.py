@@ -18,16 +18,44 @@ from ..hardware import DTYPE_BYTES
 #: output-length distributions for the static-batching comparison
 OUTPUT_DISTS = ("fixed", "uniform", "exponential")
 KV_OFFLOAD = {"hbm": 0, "auto": 1}
+#: what a call models: a fixed batch of sequences in flight, or an offline benchmark that
+#: queues every request at once and lets the engine schedule them (snlab.serving.offline)
+SCENARIOS = ("fixed", "offline")
+#: load of the busiest expert-parallel device over the mean with EPLB's redundant experts,
+#: as large-EP engines run: 1.11 (TensorRT-LLM tech blog 4, 'Scaling expert parallelism',
+#: Table 1: DeepSeek-R1 on 32 GB200, EP32, 9 expert slots per rank, imbalance ratio 0.109
+#: averaged over layers and iterations; 2.56 with the default placement, 1.12 at EP36)
+EPLB_IMBALANCE = 1.11
+#: the fraction of the expert all-to-all two micro-batches hide behind each other's compute
+#: (two-batch overlap), by phase: what makes the model's step with two micro-batches as much
+#: faster than with one as SGLang's ablation measured on H100 (LMSYS large-EP blog, 'Ablation
+#: study: two-batch overlap': decode +25.5% at 256 tokens per device and +35% with simulated
+#: MTP at 128 sequences, which 0.8 gives within 2 points; prefill +27% to +35% at 8,192
+#: tokens per device, which 0.6 gives); compute slowed by the overlap_contention of what hides
+TBO_OVERLAP = {"decode": 0.8, "prefill": 0.6}
 #: deployment fields and their defaults (None: required, or derived). hbm_utilization 0.9 is
 #: vLLM's default gpu_memory_utilization: the rest of HBM is left to activations, CUDA
-#: graphs and the allocator. ep_overlap 0: the all-to-all is counted in full (see
-#: snlab/validation/serving_runs.toml for what that does against published runs).
+#: graphs and the allocator. ep_overlap None: TBO_OVERLAP with two micro-batches.
+#: expert_imbalance: EPLB_IMBALANCE; graphs true: the step replayed from a captured graph
+#: (CUDA graphs, the NPU's graph mode), as every engine benchmarked here runs by default;
+#: host_step_s 0: the host's scheduling hidden behind the previous step. The offline
+#: scenario's engine limits follow trtllm-bench (TensorRT-LLM tensorrt_llm/bench/build/
+#: tuning.py): max_sequences 0 sizes the batch to what the KV cache holds (at most 4,096),
+#: max_step_tokens 0 gives a step min(b (1 + prompt/output), 32,768) tokens, rounded as
+#: trtllm-bench rounds it; kv_fraction 0.95 of the memory left after the weights (what
+#: trtllm-bench sizes its batch with, and the KV fraction NVIDIA's published runs use;
+#: TensorRT-LLM's own default is 0.90), in blocks of 32 tokens (its tokens_per_block).
 DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, batch=1, prompt_len=None, output_len=None, context=None,
-                weight_dtype="bf16", kv_dtype="bf16", draft_tokens=0, acceptance=0.7, microbatches=1, ep_overlap=0.0,
+                weight_dtype="bf16", kv_dtype="bf16", draft_tokens=0, acceptance=0.7, microbatches=1, ep_overlap=None,
                 prefill_batch=1, hbm_utilization=0.9, pool_share=1.0, kv_offload="auto",
-                output_dist="exponential")
+                output_dist="exponential", expert_imbalance=EPLB_IMBALANCE, graphs=True, host_step_s=0.0,
+                scenario="fixed", requests=None, max_sequences=0, max_step_tokens=0, kv_fraction=0.95,
+                kv_block_tokens=32)
 NUMERIC = ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context", "draft_tokens", "acceptance",
-           "microbatches", "ep_overlap", "prefill_batch", "hbm_utilization", "pool_share")
+           "microbatches", "ep_overlap", "prefill_batch", "hbm_utilization", "pool_share", "expert_imbalance",
+           "host_step_s", "requests", "max_sequences", "max_step_tokens", "kv_fraction", "kv_block_tokens")
+#: the largest offline benchmark (requests) and engine limits a call takes
+MAX_REQUESTS, MAX_STEP_TOKENS = 1e9, 1e8
 ALLOWED = dict(
     tp="a whole number >= 1 dividing the attention heads", pp="a whole number from 1 to the number of layers",
     dp="a whole number >= 1 (model replicas; data-parallel attention)",
@@ -38,11 +66,21 @@ ALLOWED = dict(
     weight_dtype=", ".join(DTYPE_BYTES), kv_dtype=", ".join(DTYPE_BYTES),
     draft_tokens="a whole number >= 0", acceptance="a probability in [0, 1]",
     microbatches="1, or 2 for two-batch overlap",
-    ep_overlap="a fraction in [0, 1] of the expert all-to-all hidden behind compute (needs microbatches = 2)",
+    ep_overlap="a fraction in [0, 1] of the expert all-to-all hidden behind compute with microbatches = 2 "
+               "(default 0.8 in decode, 0.6 in prefill: SGLang's two-batch-overlap ablation)",
     prefill_batch="a whole number of prompts >= 1",
     hbm_utilization="a fraction in (0, 1] (vLLM's gpu_memory_utilization)",
     pool_share="a fraction in [0, 1] of the free pool this deployment may use",
     kv_offload="auto (spill to pool, host, SSD) or hbm", output_dist=", ".join(OUTPUT_DISTS),
+    expert_imbalance="a factor from 1 to 64 (load of the busiest expert device over the mean; 1.11 with EPLB)",
+    graphs="true or false (the step replayed from a captured graph)",
+    host_step_s="a time in seconds from 0 to 1 (host work per step not hidden behind the previous one)",
+    scenario=", ".join(SCENARIOS), requests="a whole number of requests from 1 to 1,000,000,000 (offline scenario)",
+    max_sequences="0 (as many as the KV cache holds) or a whole number of sequences in flight per replica",
+    max_step_tokens="0 (trtllm-bench's choice) or a whole number of tokens a step may process per replica, at "
+                    "least the decode tokens of a step",
+    kv_fraction="a fraction in (0, 1] of the memory left after the weights given to the KV cache",
+    kv_block_tokens="a whole number of tokens per KV-cache block from 1 to 1,024",
 )
 
 
@@ -78,6 +116,17 @@ class Deployment:
     pool_share: np.ndarray
     kv_offload: np.ndarray
     output_dist: np.ndarray
+    expert_imbalance: np.ndarray
+    graphs: np.ndarray
+    host_step_s: np.ndarray
+    efficiency_ratio: np.ndarray
+    gemm_half: np.ndarray
+    scenario: np.ndarray
+    requests: np.ndarray
+    max_sequences: np.ndarray
+    max_step_tokens: np.ndarray
+    kv_fraction: np.ndarray
+    kv_block_tokens: np.ndarray
 
     @property
     def devices(self):
@@ -103,6 +152,13 @@ RULES = (
     ("pool_share", "pool_share must be a fraction in [0, 1]"),
     ("ep_overlap", "ep_overlap must be a fraction in [0, 1]"),
     ("devices", "tp x pp x dp exceeds the system's devices"),
+    ("expert_imbalance", "expert_imbalance must be a factor from 1 to 64"),
+    ("requests", "the offline scenario needs requests, a whole number from 1 to 1,000,000,000"),
+    ("kv_fraction", "kv_fraction must be a fraction in (0, 1]"),
+    ("kv_block_tokens", "kv_block_tokens must be a whole number from 1 to 1,024"),
+    ("max_sequences", "max_sequences must be 0 (as many as the KV cache holds) or a whole number >= 1"),
+    ("max_step_tokens", "max_step_tokens must be 0 (automatic) or a whole number of tokens that holds a step's "
+                        "decode tokens (max_sequences x (draft_tokens + 1))"),
 )
 REASONS = ("ok",) + tuple(m for _, m in RULES) + ("weights do not fit in HBM",
                                                    "KV cache does not fit in any memory tier")
@@ -119,7 +175,7 @@ def violations(model, system, dep: Deployment) -> np.ndarray:
         (model.kv_heads % safe_t != 0) & (safe_t % model.kv_heads != 0),
         ~whole(p) | (p > model.layers),
         ~whole(d),
-        ((dep.batch % np.maximum(d, 1)) != 0) | (dep.batch < d),
+        (dep.scenario == 0) & (((dep.batch % np.maximum(d, 1)) != 0) | (dep.batch < d)),
         ~whole(e) | (((safe_t * d) % safe_e) != 0) | ((safe_e % safe_t != 0) & (safe_t % safe_e != 0))
         | ((experts == 0) & (e != 1)),
         (dep.draft_tokens != np.round(dep.draft_tokens)) | (dep.draft_tokens < 0),
@@ -131,4 +187,12 @@ def violations(model, system, dep: Deployment) -> np.ndarray:
         (dep.pool_share < 0) | (dep.pool_share > 1),
         (dep.ep_overlap < 0) | (dep.ep_overlap > 1),
         (t * p * d > system.max_devices) if system.max_devices else np.zeros(np.shape(t), dtype=bool),
+        (dep.expert_imbalance < 1) | (dep.expert_imbalance > 64),
+        (dep.scenario == 1) & ~(whole(dep.requests) & (dep.requests <= MAX_REQUESTS)),
+        (dep.kv_fraction <= 0) | (dep.kv_fraction > 1),
+        ~whole(dep.kv_block_tokens) | (dep.kv_block_tokens > 1024),
+        (dep.max_sequences != 0) & ~whole(dep.max_sequences),
+        (dep.max_step_tokens != 0) & (~whole(dep.max_step_tokens)
+                                      | (dep.max_step_tokens < np.maximum(dep.max_sequences, 1)
+                                         * (dep.draft_tokens + 1))),
     ])

@@ -28,7 +28,7 @@ SYSTEM_FIELDS = FIELDS
 #: deployment fields that count something, and the largest count they may hold (degrees,
 #: sequences, tokens): far beyond any deployment, small enough that no product overflows
 COUNTS = ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context", "draft_tokens", "microbatches",
-          "prefill_batch")
+          "prefill_batch", "requests", "max_sequences", "max_step_tokens", "kv_block_tokens")
 MAX_COUNT = 1e15
 #: the largest parallel degree (as in training: a thousand times the largest clusters of 2026)
 MAX_DEGREE = 1e8
@@ -46,9 +46,13 @@ def _axes(axes: dict) -> tuple[dict, dict]:
     columns: dict[str, np.ndarray] = {}
     for name in dp_.DEFAULTS:
         values = grid.axis_values(name, merged[name])
-        if name == "context":
+        if name in ("context", "requests", "ep_overlap"):
             columns[name] = np.asarray([np.nan if v is None else grid.numbers(name, [v], dp_.ALLOWED[name])[0]
                                         for v in values])
+        elif name == "graphs":
+            columns[name] = grid.flags(name, values)
+        elif name == "scenario":
+            columns[name] = grid.coded(name, values, {d: i for i, d in enumerate(dp_.SCENARIOS)}, dp_.ALLOWED[name])
         elif name in dp_.NUMERIC:
             columns[name] = grid.numbers(name, values, dp_.ALLOWED[name])
         elif name in ("weight_dtype", "kv_dtype"):
@@ -59,12 +63,17 @@ def _axes(axes: dict) -> tuple[dict, dict]:
             columns[name] = grid.coded(name, values, {d: i for i, d in enumerate(dp_.OUTPUT_DISTS)},
                                        dp_.ALLOWED[name])
     for name in COUNTS:
-        top = {"draft_tokens": MAX_DRAFT_TOKENS, **dict.fromkeys(("tp", "pp", "dp", "ep"), MAX_DEGREE)}.get(
-            name, MAX_COUNT)
+        top = {"draft_tokens": MAX_DRAFT_TOKENS, "requests": dp_.MAX_REQUESTS, "max_step_tokens": dp_.MAX_STEP_TOKENS,
+               "max_sequences": dp_.MAX_STEP_TOKENS, "kv_block_tokens": 1024,
+               **dict.fromkeys(("tp", "pp", "dp", "ep"), MAX_DEGREE)}.get(name, MAX_COUNT)
         big = np.abs(columns[name]) > top          # NaN (no context given) compares False
         if big.any():
-            low = 0 if name == "draft_tokens" else 1
+            low = 0 if name in ("draft_tokens", "max_sequences", "max_step_tokens") else 1
             raise SnlabError(name, f"got {columns[name][big][0]:g}", f"a whole number from {low} to {top:,.0f}")
+    for name, low, high in (("expert_imbalance", 1.0, 64.0), ("host_step_s", 0.0, 1.0), ("kv_fraction", 0.0, 1.0)):
+        bad = (columns[name] < low) | (columns[name] > high) | ((columns[name] == 0) & (name == "kv_fraction"))
+        if bad.any():
+            raise SnlabError(name, f"got {columns[name][bad][0]:g}", dp_.ALLOWED[name])
     hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]),
                                   schema.describe(field_dimension(name)), field_dimension(name))
                for name in SYSTEM_FIELDS if name in axes}
@@ -91,10 +100,20 @@ def _grid(model: Model, system: System, axes: dict):
     given = ~np.isnan(g["context"])
     wd, kd = g["weight_dtype"].astype(int), g["kv_dtype"].astype(int)
     ratios = np.asarray([hw.peak_ratio(d) for d in _DTYPES])
+    efficiencies = np.asarray([hw.efficiency_ratio(d) for d in _DTYPES])
+    halves = np.asarray([hw.gemm_half(d) for d in _DTYPES])
+    if np.any((g["scenario"] == 1) & np.isnan(g["requests"])):
+        raise SnlabError("requests", "missing for the offline scenario", dp_.ALLOWED["requests"])
+    # an offline run's batch is the engine's to choose (snlab.serving.offline); the fixed-batch
+    # columns beside it are for one sequence per replica
+    g["batch"] = grid.where(g["scenario"] == 1, g["dp"], g["batch"])
     dep = dp_.Deployment(
         **{k: g[k] for k in ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "weight_dtype", "kv_dtype",
                              "draft_tokens", "acceptance", "microbatches", "ep_overlap", "prefill_batch",
-                             "hbm_utilization", "pool_share", "kv_offload", "output_dist")},
+                             "hbm_utilization", "pool_share", "kv_offload", "output_dist", "expert_imbalance",
+                             "graphs", "host_step_s", "scenario", "max_sequences", "max_step_tokens", "kv_fraction",
+                             "kv_block_tokens")},
+        requests=grid.where(np.isnan(g["requests"]), 1.0, g["requests"]), efficiency_ratio=efficiencies[wd], gemm_half=halves[wd],
         context=grid.where(given, g["context"], g["prompt_len"] + np.floor(g["output_len"] / 2)),
         capacity_context=grid.where(given, g["context"], g["prompt_len"] + g["output_len"]),
         weight_bytes=weight_bytes[wd], kv_bytes=weight_bytes[kd], gemm_ratio=ratios[wd])
@@ -186,6 +205,16 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
     for name in ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context", "draft_tokens",
                  "microbatches", "prefill_batch"):
         data[name] = np.where(np.isfinite(g[name]), g[name], 0).astype(np.int64)
+    offline = g["scenario"] == 1
+    # an offline row's batch is the one the engine keeps in flight
+    in_flight = grid.full(out.pop("batch_in_flight"), n)
+    data["batch"] = np.where(offline & np.isfinite(in_flight), in_flight, data["batch"]).astype(np.int64)
+    data["scenario"] = pd.Categorical.from_codes(g["scenario"].astype(int), list(dp_.SCENARIOS))
+    for name in ("requests", "max_sequences", "max_step_tokens", "kv_block_tokens"):
+        data[name] = np.where(np.isfinite(g[name]) & offline, g[name], 0).astype(np.int64)
+    for name in ("kv_fraction", "expert_imbalance", "host_step_s"):
+        data[name] = g[name]
+    data["graphs"] = g["graphs"] > 0
     data["acceptance"] = g["acceptance"]
     data["weight_dtype"] = pd.Categorical.from_codes(g["weight_dtype"].astype(int), _DTYPES)
     data["kv_dtype"] = pd.Categorical.from_codes(g["kv_dtype"].astype(int), _DTYPES)
@@ -210,6 +239,16 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
         if regime == "serving decode":
             data["tpot_s_low"], data["tpot_s_high"] = uncertainty.columns(band, data["tpot_s"], "time")
             data["band_runs"] = np.full(n, band.runs)
+    # offline rows: the band of the regime their lengths put them in
+    heavy = g["prompt_len"] >= uncertainty.PREFILL_HEAVY * g["output_len"]
+    bounds = {r: uncertainty.columns(uncertainty.band(r, system.device.family), data["offline_tokens_per_s_per_device"])
+              for r in ("serving decode", "serving prefill")}
+    heavy = np.broadcast_to(heavy, (n,))
+    for i, side in enumerate(("low", "high")):
+        column = bounds["serving decode"][i].copy()
+        column[heavy] = bounds["serving prefill"][i][heavy]
+        column[~np.broadcast_to(offline, (n,))] = pd.NA
+        data[f"offline_tokens_per_s_per_device_{side}"] = column
     wall = np.stack([np.broadcast_to(out[w], (n,)) for w in ("wall_compute_s", "wall_memory_s",
                                                               "wall_communication_s")])
     limited = np.argmax(np.nan_to_num(wall, nan=-1.0), axis=0)

@@ -9,10 +9,20 @@ from .. import uncertainty
 from ..result import Result
 from ..specs import Model, System
 from ..units import fmt_bytes, fmt_seconds
-from .deployment import OUTPUT_DISTS
+from .deployment import OUTPUT_DISTS, SCENARIOS
 from .step import KV_LOCATIONS, KV_TIERS
 
-_TIME_PARTS = ("kv", "weights", "dense", "experts", "attention", "tp", "ep", "pp")
+_TIME_PARTS = ("kv", "weights", "dense", "experts", "attention", "elementwise", "fixed", "sampling", "tp", "ep", "pp")
+def _rate(x: float) -> str:
+    """A rate for reading: whole numbers with separators from 100 up, three digits below."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+#: the offline scenario's outputs: (key of ServeResult.offline, column)
+_OFFLINE = (("tokens_per_s", "offline_tokens_per_s"), ("tokens_per_s_per_device", "offline_tokens_per_s_per_device"),
+            ("ttft_s", "offline_ttft_s"), ("tpot_s", "offline_tpot_s"), ("sequences", "offline_sequences"),
+            ("kv_sequences", "offline_kv_sequences"), ("waves", "offline_waves"), ("step_tokens", "offline_step_tokens"),
+            ("prefill_chunks", "offline_prefill_chunks"), ("makespan_s", "offline_makespan_s"))
 _WALLS = ("compute", "memory", "communication")
 
 
@@ -23,8 +33,13 @@ class ServeResult(Result):
     Times are seconds, throughputs tokens per second, memory bytes per device.
     ``time_s`` holds the parts of one decode step (``kv`` and ``weights`` are memory
     reads, ``dense``/``experts``/``attention`` rooflines, ``tp``/``ep``/``pp``
-    communication; ``ep_exposed`` what two-batch overlap leaves visible; ``draft_head``
-    the draft tokens' passes through the output head, part of ``dense``).
+    communication; ``fixed`` the kernels' fixed times, ``sampling`` the sampler's;
+    ``ep_exposed`` what two-batch overlap leaves visible; ``draft_head`` the draft
+    tokens' passes through the output head, part of ``dense``). ``offline`` holds the
+    offline scenario's run (``scenario="offline"``): output tokens per second of the whole
+    deployment and per device, mean TTFT and TPOT, the sequences the engine keeps in
+    flight per replica and how many the KV cache holds, its waves, the step's token
+    budget, the chunks a wave's prefill takes and the run's time; empty otherwise.
     ``lender_devices`` are the peers whose HBM the KV cache borrows through the pool:
     they serve nothing meanwhile, so every per-device throughput counts them.
     ``*_low`` / ``*_high`` bound the decode and prefill figures by the error bands of
@@ -55,6 +70,7 @@ class ServeResult(Result):
     limits: dict = field(repr=False)
     batching: dict = field(repr=False)
     lender_devices: int = 0
+    offline: dict = field(default_factory=dict, repr=False)
     tpot_s_low: float | None = None
     tpot_s_high: float | None = None
     decode_tokens_per_s_per_device_low: float | None = None
@@ -69,9 +85,14 @@ class ServeResult(Result):
         dtypes = list(DTYPE_BYTES)
         dep = {k: int(g[k]) for k in ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context",
                                       "draft_tokens", "microbatches", "prefill_batch")}
+        dep.update({k: int(g[k]) for k in ("requests", "max_sequences", "max_step_tokens", "kv_block_tokens")})
+        dep.update(scenario=SCENARIOS[int(g["scenario"])], expert_imbalance=g["expert_imbalance"],
+                   graphs=bool(g["graphs"]), host_step_s=g["host_step_s"], kv_fraction=g["kv_fraction"])
+        if dep["scenario"] == "offline":      # the batch the engine keeps in flight
+            dep["batch"] = int(row["batch_in_flight"])
         dep.update(capacity_context=int(g["capacity_context"]), acceptance=g["acceptance"],
                    weight_dtype=dtypes[int(g["weight_dtype"])], kv_dtype=dtypes[int(g["kv_dtype"])],
-                   hbm_utilization=g["hbm_utilization"], pool_share=g["pool_share"], ep_overlap=g["ep_overlap"],
+                   hbm_utilization=g["hbm_utilization"], pool_share=g["pool_share"], ep_overlap=None if g["ep_overlap"] != g["ep_overlap"] else g["ep_overlap"],
                    kv_offload=("hbm", "auto")[int(g["kv_offload"])],
                    output_dist=OUTPUT_DISTS[int(g["output_dist"])])
         location = KV_LOCATIONS[int(row["kv_location"])]
@@ -90,6 +111,8 @@ class ServeResult(Result):
         limited = "memory" if not row["fits"] else max(walls, key=walls.get)
         time_s = {p: row[f"time_{p}_s"] for p in _TIME_PARTS}
         time_s["ep_exposed"] = row["exposed_ep_s"]
+        offline = ({k: (int(row[c]) if k in ("sequences", "kv_sequences", "waves", "step_tokens", "prefill_chunks")
+                        else row[c]) for k, c in _OFFLINE} if dep["scenario"] == "offline" else {})
         time_s["draft_head"] = row["time_draft_head_s"]
         time_s["walls"] = walls
         time_s["prefill"] = {"tp": row["prefill_time_tp_s"], "ep": row["prefill_time_ep_s"],
@@ -110,6 +133,12 @@ class ServeResult(Result):
                          decode.speed(float(row["decode_tokens_per_s_per_device"]))))
         bands.update(zip(("prefill_tokens_per_s_per_device_low", "prefill_tokens_per_s_per_device_high"),
                          prefill.speed(float(row["prefill_tokens_per_s_per_device"]))))
+        if offline:
+            regime = uncertainty.band(uncertainty.offline_regime(dep["prompt_len"], dep["output_len"]),
+                                      system.device.family)
+            offline.update(zip(("tokens_per_s_per_device_low", "tokens_per_s_per_device_high"),
+                               regime.speed(float(offline["tokens_per_s_per_device"]))))
+            offline["band"] = regime.describe()
         return cls(**bands, band_runs=decode.runs, band=decode.describe() + "; " + prefill.describe(),
                    lender_devices=int(row["lender_devices"]),
                    model=model.name, system=system.name, deployment=dep, devices=int(row["devices"]),
@@ -120,17 +149,31 @@ class ServeResult(Result):
                    weights_bytes_per_device=row["weights_bytes_per_device"],
                    kv_cache_bytes_per_device=row["kv_cache_bytes_per_device"], kv_location=location,
                    fits=bool(row["fits"]), limited_by=limited, reason=reason, kv_bytes_per_device=by_tier,
-                   kv=kv, time_s=time_s, limits=limits, batching=batching)
+                   kv=kv, time_s=time_s, limits=limits, batching=batching, offline=offline)
 
     def summary_rows(self) -> list[tuple[str, str]]:
         t, kv = self.time_s, self.kv
         tiers = ", ".join(f"{tier} {fmt_bytes(v)}" for tier, v in self.kv_bytes_per_device.items() if v > 0)
+        o = self.offline
         rows = [
+            ("offline: output tokens/s", f"{o['tokens_per_s']:,.0f} ({o['tokens_per_s_per_device']:,.0f} per device"
+                                         + (f"; published runs: {o['tokens_per_s_per_device_low']:,.0f} to "
+                                            f"{o['tokens_per_s_per_device_high']:,.0f}"
+                                            if o["tokens_per_s_per_device_low"] is not None else "") + ")"),
+            ("offline: how far to trust it", o["band"]),
+            ("offline: mean TTFT, TPOT", f"{fmt_seconds(o['ttft_s'])}, {fmt_seconds(o['tpot_s'])}"),
+            ("offline: sequences in flight", f"{o['sequences']:,} per replica (the KV cache holds "
+                                             f"{o['kv_sequences']:,}), {o['waves']:,} wave{'s' if o['waves'] != 1 else ''}, a step of at most "
+                                             f"{o['step_tokens']:,} tokens"),
+            ("offline: run time", fmt_seconds(o["makespan_s"])),
+        ] if o else []
+        rows += [
             ("time to first token", fmt_seconds(self.ttft_s)),
-            ("time per output token", f"{fmt_seconds(self.tpot_s)} ({self.tokens_per_step:.3g} tokens per "
+            ("time per output token", f"{fmt_seconds(self.tpot_s)} ({self.tokens_per_step:.3g} "
+                                      f"token{'' if self.tokens_per_step == 1 else 's'} per "
                                       f"{fmt_seconds(self.decode_step_s)} step)"),
-            ("decode tokens/s per device", f"{self.decode_tokens_per_s_per_device:,.3g} "
-                                           f"({self.decode_tokens_per_s:,.3g} for all {self.devices}"
+            ("decode tokens/s per device", f"{_rate(self.decode_tokens_per_s_per_device)} "
+                                           f"({_rate(self.decode_tokens_per_s)} for all {self.devices}"
                                            + (f" and the {self.lender_devices} lending HBM to the pool"
                                               if self.lender_devices else "") + ")" + self._decode_band()),
             ("prefill tokens/s per device", f"{self.prefill_tokens_per_s_per_device:,.0f}"),
@@ -149,6 +192,9 @@ class ServeResult(Result):
             ("limited by", self.limited_by),
             ("  step: weights read", fmt_seconds(t["weights"])),
             ("  step: attention (KV read or math)", fmt_seconds(t["attention"])),
+            ("  step: element-wise kernels", fmt_seconds(t["elementwise"])),
+            ("  step: kernels' fixed times", fmt_seconds(t["fixed"])),
+            ("  step: sampling", fmt_seconds(t["sampling"])),
         ]
         if t["experts"] > 0:
             rows.append(("  step: routed experts", fmt_seconds(t["experts"])))
@@ -166,8 +212,8 @@ class ServeResult(Result):
     def _decode_band(self) -> str:
         if not self.band_runs:
             return ""
-        return (f"; published runs: {self.decode_tokens_per_s_per_device_low:,.3g} to "
-                f"{self.decode_tokens_per_s_per_device_high:,.3g}")
+        return (f"; published runs: {_rate(self.decode_tokens_per_s_per_device_low)} to "
+                f"{_rate(self.decode_tokens_per_s_per_device_high)}")
 
     def deployment_text(self) -> str:
         """The deployment in one line: degrees, batch, lengths, precisions, drafts."""
@@ -176,6 +222,10 @@ class ServeResult(Result):
         spec = (f", {d['draft_tokens']} draft token{plural} at {d['acceptance']:.0%} acceptance"
                 if d["draft_tokens"] else "")
         tbo = ", two-batch overlap" if d["microbatches"] == 2 else ""
+        if d["scenario"] == "offline":
+            return (f"tp={d['tp']} pp={d['pp']} dp={d['dp']} ep={d['ep']}, offline: {d['requests']:,} requests of "
+                    f"{d['prompt_len']:,} + {d['output_len']:,} tokens, weights {d['weight_dtype']}, "
+                    f"KV {d['kv_dtype']}{spec}{tbo}")
         return (f"tp={d['tp']} pp={d['pp']} dp={d['dp']} ep={d['ep']}, batch {d['batch']:,}, prompt "
                 f"{d['prompt_len']:,} + output {d['output_len']:,} tokens, KV length {d['context']:,}, "
                 f"weights {d['weight_dtype']}, KV {d['kv_dtype']}{spec}{tbo}")

@@ -50,6 +50,7 @@ experts on every device of the deployment), tensor-split by ``max(1, tp / ep)``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -62,25 +63,37 @@ from ..sizing import ModelSizes, forward_flops_per_token, kv_cache_bytes_per_tok
 from ..walls import communication as cm
 from ..walls import compute as cw
 from ..walls import serving as sv
+from . import engine
+from . import offline as off
+from . import deployment as dp_
 from .deployment import Deployment
 
 #: KV tiers, nearest first; a deployment's ``kv_location`` is the farthest one it uses
 KV_TIERS = ("hbm", "pool", "host", "ssd")
 KV_LOCATIONS = KV_TIERS + ("does not fit",)
 MTP_LAYERS = 1.0       # DeepSeek-V3 Sec. 2.2: one transformer block per predicted token
+#: bytes per element of the embedding and the output head, which quantised checkpoints
+#: keep in 16 bits (NVIDIA ModelOpt's FP8 and NVFP4 exports list lm_head in
+#: exclude_modules; DeepSeek-V3's FP8 release keeps embedding and head in BF16)
+HEAD_BYTES = 2.0
 
 
 @dataclass(frozen=True)
 class ServingSizes:
     """What serving needs beyond :class:`~snlab.sizing.ModelSizes`: KV-cache elements per
     token of context, attention FLOPs per query per key at prefill (uncompressed) and at
-    decode (MLA absorbed), and the most ways tensor parallelism splits the KV cache."""
+    decode (MLA absorbed), the most ways tensor parallelism splits the KV cache, and the
+    kernels a layer launches (:func:`snlab.serving.engine.kernels`)."""
 
     base: ModelSizes
     kv_elements_per_token: float
     prefill_attention_per_key: float
     decode_attention_per_key: float
     kv_shard_max: float
+    kernels: engine.Kernels
+    gemm_k_col: float
+    gemm_k_row: float
+    expert_ffn: float
 
 
 @lru_cache(maxsize=256)
@@ -93,8 +106,38 @@ def serving_sizes(model) -> ServingSizes:
         shard = 1.0        # the latent is shared by all heads: tensor parallelism replicates it
     else:
         decode, shard = prefill, float(model.kv_heads)
-    return ServingSizes(base=model_sizes(model), kv_elements_per_token=float(kv_cache_bytes_per_token(model, 1.0)),
-                        prefill_attention_per_key=prefill, decode_attention_per_key=decode, kv_shard_max=shard)
+    base = model_sizes(model)
+    k_col, k_row = gemm_inner_dims(model)
+    return ServingSizes(base=base, kv_elements_per_token=float(kv_cache_bytes_per_token(model, 1.0)),
+                        prefill_attention_per_key=prefill, decode_attention_per_key=decode, kv_shard_max=shard,
+                        kernels=engine.kernels(model), gemm_k_col=k_col, gemm_k_row=k_row,
+                        expert_ffn=float(model.moe.expert_ffn_hidden_size if model.moe else 0))
+
+
+def gemm_inner_dims(model) -> tuple[float, float]:
+    """Inner dimensions K of an average layer's dense GEMMs, summed: those whose output
+    tensor parallelism splits (QKV, gate/up, router; latent attention's projections into
+    and out of the latent) and those whose input it splits (the output projection, the
+    down projection of the dense MLP or of the shared experts). With the layer's dense
+    weights P they give the N that a GEMM's occupancy sees on average,
+    P / t over (K_col + K_row / t): the FLOP-weighted harmonic mean of the GEMMs' N."""
+    h = model.hidden_size
+    if model.mla:
+        m = model.mla
+        attention_col = (m.q_lora_rank or h) + m.kv_lora_rank + 2 * h      # q, kv up; q and kv down
+        attention_row = model.heads * m.v_head_dim
+    else:
+        attention_col, attention_row = h, model.heads * model.head_dim
+    dense_col, dense_row = h, model.ffn_hidden_size
+    if model.moe:
+        moe_col = h + (h if model.moe.shared_experts else 0)                   # router, shared gate/up
+        moe_row = model.moe.shared_experts * model.moe.expert_ffn_hidden_size
+        d = model.moe.dense_layers
+        mlp_col = (d * dense_col + (model.layers - d) * moe_col) / model.layers
+        mlp_row = (d * dense_row + (model.layers - d) * moe_row) / model.layers
+    else:
+        mlp_col, mlp_row = dense_col, dense_row
+    return float(attention_col + mlp_col), float(attention_row + mlp_row)
 
 
 def package_weight_bytes(dies, replicated_bytes, sharded_bytes):
@@ -130,10 +173,11 @@ def weights(sizes: ModelSizes, dep: Deployment, hw: Hardware) -> Weights:
         expert = np.ceil(sizes.experts / dep.ep) * sizes.expert_params_one * sizes.moe_layers / p / expert_tp
     else:
         expert = 0.0
-    # a die that runs as its own rank (tp = 1 on a multi-die package) holds its own copy
+    # a die that runs as its own rank (tp = 1 on a multi-die package) holds its own copy;
+    # the embedding and the output head stay in 16 bits in quantised checkpoints
     rank_dies = where(t > 1, 1.0, hw.dies)
-    per_device = package_weight_bytes(rank_dies, (sizes.layer_params / p + emb_stage) / t * dep.weight_bytes,
-                                      expert * dep.weight_bytes)
+    per_device = package_weight_bytes(rank_dies, (sizes.layer_params / p * dep.weight_bytes
+                                                  + emb_stage * HEAD_BYTES) / t, expert * dep.weight_bytes)
     return Weights(per_device=per_device, rank_dies=rank_dies)
 
 
@@ -220,6 +264,8 @@ class Pass:
     dense: np.ndarray
     expert: np.ndarray
     attention: np.ndarray
+    fixed: np.ndarray
+    elementwise: np.ndarray
     kv: np.ndarray
     head: np.ndarray
     head_flops: np.ndarray
@@ -236,26 +282,37 @@ class Pass:
 
 
 def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, tok, ctx, kv_bytes, share,
-                 logits, prefill: bool) -> Pass:
+                 logits, prefill: bool, computed=None) -> Pass:
     """``tok``: query tokens of one replica; ``ctx``: keys each query attends to;
     ``kv_bytes``: KV bytes each device reads (decode) or writes (prefill); ``logits``:
-    tokens that need the output layer."""
+    tokens that need the output layer; ``computed``: the tokens the GEMMs run on (a
+    decode step's captured batch, padded: :func:`snlab.serving.engine.padded`; default
+    ``tok``). Each part is a roofline at the weights' precision: its dense peak, and its
+    large-GEMM efficiency times the GEMMs' occupancy at that many tokens
+    (:data:`snlab.walls.compute.gemm_occupancy`); ``fixed`` the kernels' fixed time
+    (:func:`snlab.serving.engine.fixed_time`)."""
     k = ss.base
     t, p, qw = dep.tp, dep.pp, dep.weight_bytes
     layers = k.layers / p
-    gemm = hw.roofline(peak_flops=hw.peak_flops * dep.gemm_ratio)
+    computed = tok if computed is None else computed
+    # the N a dense GEMM sees on average (gemm_inner_dims), and its occupancy
+    n_dense = k.dense_matmul_params / t / (ss.gemm_k_col + ss.gemm_k_row / t)
+    occupancy = cw.gemm_occupancy(gemm_m=computed, gemm_n=n_dense, gemm_half_elements=dep.gemm_half)
+    efficiency = hw.gemm_efficiency * dep.efficiency_ratio
+    gemm = hw.roofline(peak_flops=hw.peak_flops * dep.gemm_ratio, gemm_efficiency=efficiency * occupancy)
     h, V = k.hidden_size, k.vocab_size
     flop_rate = hw.gemm_efficiency * hw.sustained_clock * hw.peak_flops
     byte_rate = hw.memory_efficiency * hw.hbm_bandwidth
-    # layers' own weights (attention, dense MLPs, shared experts, router) and the LM head,
-    # read once by each die that runs as its own data-parallel rank (package_weight_bytes)
-    dense_read = w.rank_dies * (k.layer_params / p + V * h) / t * qw
-    dense_flops = (2 * tok * k.dense_matmul_params * layers + 2 * logits * V * h) / t
-    act_bytes = ACTIVATION_BYTES * tok * h * layers * 4 / t     # read and write of q, attention out, MLP in/out
+    # layers' own weights (attention, dense MLPs, shared experts, router) and the 16-bit
+    # LM head, read once by each die that runs as its own data-parallel rank
+    # (package_weight_bytes)
+    dense_read = w.rank_dies * (k.layer_params / p * qw + V * h * HEAD_BYTES) / t
+    dense_flops = (2 * computed * k.dense_matmul_params * layers + 2 * logits * V * h) / t
+    act_bytes = ACTIVATION_BYTES * computed * h * layers * 4 / t     # read and write of q, attention out, MLP in/out
     t_dense = cw.roofline_time(flops=dense_flops, bytes_moved=dense_read + act_bytes, **gemm)
-    head_flops, head_bytes = 2 * logits * V * h / t, w.rank_dies * V * h / t * qw
-    t_head = cw.roofline_time(flops=head_flops, bytes_moved=head_bytes, **gemm)
-    exp_read, exp_flops, t_exp = routed_experts(k, dep, hw, tok, gemm)
+    head_flops, head_bytes = 2 * logits * V * h / t, w.rank_dies * V * h / t * HEAD_BYTES
+    t_head = cw.roofline_time(flops=head_flops, bytes_moved=head_bytes, **hw.roofline())
+    exp_read, exp_flops, t_exp = routed_experts(ss, dep, hw, computed, efficiency)
     per_key = ss.prefill_attention_per_key if prefill else ss.decode_attention_per_key
     attn_flops = tok * ctx * per_key / (p * t)
     attn_eff = None
@@ -266,34 +323,47 @@ def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, to
     far = far_read_time(kv_bytes, share, hw, layers)
     t_kv = sv.tiered_read_time(local_bytes=kv_bytes, far_time=far,
                                memory_bandwidth=hw.hbm_bandwidth, memory_efficiency=hw.memory_efficiency)
-    tp_comm = 2 * layers * net.all_reduce(tok * h * ACTIVATION_BYTES, t, 1.0, hw)
+    tp_comm = 2 * layers * engine.tensor_all_reduce(engine.all_reduce_bytes(tok, h), t, hw)
     if k.experts:
         q_dispatch = where(qw <= 1, 1.0, ACTIVATION_BYTES)   # 8-bit dispatch when the weights are
         disp, comb = net.expert_calls(tok / t, k.experts_per_token, h, dep.ep, q_dispatch, hw, prefill)
-        ep_comm = where(dep.ep > 1, k.moe_layers / p * (disp + comb), 0.0)
+        # the exchange waits for the busiest device, which receives its share times the imbalance
+        ep_comm = where(dep.ep > 1, k.moe_layers / p * (disp + comb) * dep.expert_imbalance, 0.0)
     else:
         ep_comm = 0.0 * tok
-    return Pass(dense=t_dense, expert=t_exp, attention=np.maximum(t_attn_c, t_kv), kv=t_kv, head=t_head,
-                head_flops=head_flops, head_bytes=head_bytes, kv_hbm_only=kv_bytes / byte_rate, tp=tp_comm,
-                ep=ep_comm,
-                compute_wall=(dense_flops + exp_flops) / (flop_rate * dep.gemm_ratio) + attn_flops / flop_rate,
+    fixed = engine.fixed_time(ss.kernels, layers, hw, dep.graphs)
+    elementwise = cw.roofline_time(flops=0.0, bytes_moved=layers * engine.elementwise_bytes(computed, k, t),
+                                   **hw.roofline())
+    return Pass(dense=t_dense, expert=t_exp, attention=np.maximum(t_attn_c, t_kv), fixed=fixed,
+                elementwise=elementwise, kv=t_kv,
+                head=t_head, head_flops=head_flops, head_bytes=head_bytes, kv_hbm_only=kv_bytes / byte_rate,
+                tp=tp_comm, ep=ep_comm,
+                compute_wall=(dense_flops + exp_flops) / (flop_rate * dep.gemm_ratio * dep.efficiency_ratio)
+                + attn_flops / flop_rate,
                 memory_wall=(dense_read + act_bytes + exp_read) / byte_rate + t_kv,
                 weights_read=dense_read + exp_read)
 
 
-def routed_experts(k: ModelSizes, dep: Deployment, hw: Hardware, tok, gemm: dict):
-    """Routed experts of one pass: bytes read (only the slots some token reached),
-    FLOPs, and their roofline time."""
+def routed_experts(ss: ServingSizes, dep: Deployment, hw: Hardware, tok, efficiency):
+    """Routed experts of one pass on the busiest device: bytes read (only the slots some
+    token reached), FLOPs (the mean device's times ``expert_imbalance``), and their
+    roofline time, each expert's GEMMs at the occupancy of the tokens it gets."""
+    k = ss.base
     if not k.experts:
         zero = 0.0 * tok
         return zero, zero, zero
     t, p, e = dep.tp, dep.pp, dep.ep
     slots = np.ceil(k.experts / e)
-    rho = sv.expert_activation(experts=slots * e, experts_per_token=k.experts_per_token,
-                               tokens=tok * np.maximum(e, t) / t)
-    read = slots * rho * k.expert_params_one / np.maximum(t / e, 1.0) * dep.weight_bytes * k.moe_layers / p
-    flops = 2 * tok * k.experts_per_token * k.expert_params_one / t * k.moe_layers / p
-    return read, flops, cw.roofline_time(flops=flops, bytes_moved=read, **gemm)
+    reaching = tok * np.maximum(e, t) / t
+    rho = sv.expert_activation(experts=slots * e, experts_per_token=k.experts_per_token, tokens=reaching)
+    split = np.maximum(t / e, 1.0)
+    read = slots * rho * k.expert_params_one / split * dep.weight_bytes * k.moe_layers / p
+    flops = 2 * tok * k.experts_per_token * k.expert_params_one / t * k.moe_layers / p * dep.expert_imbalance
+    per_expert = reaching * k.experts_per_token / k.experts * dep.expert_imbalance
+    n_expert = k.expert_params_one / split / (k.hidden_size + ss.expert_ffn / split)
+    occupancy = cw.gemm_occupancy(gemm_m=per_expert, gemm_n=n_expert, gemm_half_elements=dep.gemm_half)
+    roof = hw.roofline(peak_flops=hw.peak_flops * dep.gemm_ratio, gemm_efficiency=efficiency * occupancy)
+    return read, flops, cw.roofline_time(flops=flops, bytes_moved=read, **roof)
 
 
 @dataclass(frozen=True)
@@ -307,15 +377,19 @@ class Stage:
 
 
 def stage(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, tok, ctx, kv_bytes, share, logits,
-          prefill: bool) -> Stage:
+          prefill: bool, computed=None) -> Stage:
     """With two micro-batches a fraction ``ep_overlap`` of the expert all-to-all hides
-    behind the other half's compute (two-batch overlap), slowing that compute by
+    behind the other half's compute (two-batch overlap; by default the phase's
+    :data:`~snlab.serving.deployment.TBO_OVERLAP`), slowing that compute by
     ``overlap_contention`` per second hidden; every weight is read once per half."""
     mb = dep.microbatches
-    part = forward_pass(ss, dep, hw, w, tok / mb, ctx, kv_bytes / mb, share, logits / mb, prefill)
-    compute = mb * (part.dense + part.expert + part.attention)
+    computed = tok if computed is None else computed
+    part = forward_pass(ss, dep, hw, w, tok / mb, ctx, kv_bytes / mb, share, logits / mb, prefill, computed / mb)
+    compute = mb * (part.dense + part.expert + part.attention + part.elementwise + part.fixed)
     ep = mb * part.ep
-    overlap = where(mb > 1, dep.ep_overlap, 0.0)   # one batch has nothing to hide behind
+    given = np.isfinite(dep.ep_overlap)
+    level = where(given, dep.ep_overlap, dp_.TBO_OVERLAP["prefill" if prefill else "decode"])
+    overlap = where(mb > 1, level, 0.0)   # one batch has nothing to hide behind
     body = cm.overlapped_time(compute_time=compute, comm_time=ep, overlap=overlap,
                               overlap_contention=hw.overlap_contention)
     return Stage(parts=part.scaled(mb), ep_exposed=body - compute, time=body + mb * part.tp)
@@ -331,6 +405,7 @@ class Decode:
     draft: np.ndarray
     tokens_per_step: np.ndarray
     kv_read: np.ndarray
+    sampling: np.ndarray
     step: np.ndarray
     tpot: np.ndarray
     rate: np.ndarray
@@ -344,12 +419,17 @@ def decode(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: P
     seqs = dep.batch / dep.dp / p               # sequences per pipeline micro-batch
     tok = seqs * (kd + 1)
     kv_read = seqs * dep.context * place.kv_per_token / (p * place.shard)
-    st = stage(ss, dep, hw, w, tok, dep.context, kv_read, place.share, tok, prefill=False)
+    computed = engine.padded(seqs, dep.graphs) * (kd + 1)
+    st = stage(ss, dep, hw, w, tok, dep.context, kv_read, place.share, tok, prefill=False, computed=computed)
     hop = where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
                                              dep.devices <= hw.scale_up_domain_size, hw), 0.0)
     draft = 1 + kd * MTP_LAYERS / ss.base.layers
-    step = p * (st.time + hop) * draft + kd * st.parts.head
+    # the sampler runs once a step on the replica's last stage, over every verified token;
+    # the host's own work is hidden behind the previous step unless host_step_s says not
+    sampling = engine.sampling_time(tok * p, ss.base.vocab_size, hw, dep.graphs)
+    step = p * (st.time + hop) * draft + kd * st.parts.head + sampling + dep.host_step_s
     return Decode(stage=st, hop=hop, draft=draft, tokens_per_step=tau, kv_read=kv_read, step=step,
+                  sampling=sampling,
                   tpot=sv.time_per_output_token(step_time=step, tokens_per_step=tau),
                   rate=dep.batch * tau / step)
 
@@ -422,14 +502,65 @@ def walls(dep: Deployment, hw: Hardware, dec: Decode) -> dict:
 
 def serve_columns(model, dep: Deployment, hw: Hardware) -> dict[str, np.ndarray]:
     """Evaluate every deployment of the grid: the chain of parts, laid out as output
-    columns named with their units (``ttft_s``, ``tpot_s``, ...)."""
+    columns named with their units (``ttft_s``, ``tpot_s``, ...). On rows of the offline
+    scenario the engine chooses the batch (:mod:`snlab.serving.offline`), and every
+    fixed-batch column describes a step with that batch in flight."""
     ss = serving_sizes(model)
     w = weights(ss.base, dep, hw)
     place = placement(ss, dep, hw, w)
+    offline_rows = dep.scenario == 1
+    run = None
+    if np.any(offline_rows):
+        # the memory the offline run gives the KV cache in HBM, where the engines keep it
+        # (the batch is sized to it, so nothing spills)
+        kv_memory = dep.kv_fraction * np.maximum(hw.hbm_capacity - hw.memory_reserve - w.per_device, 0.0)
+        utilization = (kv_memory + w.per_device) / np.maximum(hw.hbm_capacity, 1.0)
+        dep = dataclasses.replace(dep, hbm_utilization=where(offline_rows, utilization, dep.hbm_utilization))
+        run = offline_run(ss, dep, hw, w, placement(ss, dep, hw, w))
+        # every fixed-batch column then describes a step of the engine's batch, whose KV
+        # cache the engine keeps in HBM only
+        dep = dataclasses.replace(dep, batch=where(offline_rows, run.batch * dep.dp, dep.batch),
+                                  kv_offload=where(offline_rows, 0.0, dep.kv_offload))
+        place = placement(ss, dep, hw, w)
     dec = decode(ss, dep, hw, w, place)
     pre = prefill(ss, dep, hw, w, place)
     cont, static = batching(dep, dec, pre)
-    return columns(dep, hw, w, place, dec, pre, cont, static, limits(ss, dep, place), walls(dep, hw, dec))
+    out = columns(dep, hw, w, place, dec, pre, cont, static, limits(ss, dep, place), walls(dep, hw, dec))
+    return {**out, **offline_columns(dep, place, run, out["fits"])}
+
+
+#: the offline scenario's output columns
+OFFLINE_COLUMNS = ("offline_tokens_per_s", "offline_tokens_per_s_per_device", "offline_ttft_s", "offline_tpot_s",
+                   "offline_sequences", "offline_kv_sequences", "offline_waves", "offline_step_tokens",
+                   "offline_prefill_chunks", "offline_makespan_s", "batch_in_flight")
+
+
+def offline_run(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: Placement) -> off.Offline:
+    """The offline scenario of every row (:func:`snlab.serving.offline.offline`)."""
+
+    def prefill_pass(d):
+        return prefill(ss, d, hw, w, placement(ss, d, hw, w)).stage.time
+
+    def decode_step(d):
+        return decode(ss, d, hw, w, placement(ss, d, hw, w)).step
+
+    return off.offline(dep, hw, w.per_device, place.kv_per_token, place.shard, prefill_pass, decode_step,
+                       dep.draft_tokens + 1)
+
+
+def offline_columns(dep: Deployment, place: Placement, run, fits) -> dict:
+    """The offline scenario's columns, zero on rows of the fixed-batch scenario (and the
+    batch in flight of every row)."""
+    if run is None:
+        zero = np.zeros(np.shape(fits))
+        return {**dict.fromkeys(OFFLINE_COLUMNS, zero), "batch_in_flight": np.broadcast_to(dep.batch, np.shape(fits)),
+                "fits": fits}
+    offline_rows = dep.scenario == 1
+    values = (run.tokens_per_s, run.tokens_per_s / dep.devices, run.ttft, run.tpot, run.batch, run.kv_sequences,
+              run.waves, run.step_tokens, run.chunks, run.makespan)
+    return {**{n: where(offline_rows, v, 0.0) for n, v in zip(OFFLINE_COLUMNS, values)},
+            "batch_in_flight": np.broadcast_to(dep.batch, np.shape(fits)),
+            "fits": where(offline_rows, place.weights_fit & run.fits, fits)}
 
 
 def columns(dep, hw, w, place, dec, pre, cont, static, fit, wall) -> dict[str, np.ndarray]:
@@ -459,6 +590,8 @@ def columns(dep, hw, w, place, dec, pre, cont, static, fit, wall) -> dict[str, n
         "time_weights_s": (rounds * parts.weights_read + kd * parts.head_bytes) / byte_rate,
         "time_dense_s": rounds * parts.dense + kd * parts.head, "time_draft_head_s": kd * parts.head,
         "time_experts_s": rounds * parts.expert, "time_attention_s": rounds * parts.attention,
+        "time_fixed_s": rounds * parts.fixed, "time_elementwise_s": rounds * parts.elementwise,
+        "time_sampling_s": np.broadcast_to(dec.sampling, np.shape(step)),
         "time_tp_s": rounds * parts.tp, "time_ep_s": rounds * parts.ep,
         "exposed_ep_s": rounds * dec.stage.ep_exposed, "time_pp_s": rounds * dec.hop,
         "prefill_time_tp_s": dep.pp * pre.stage.parts.tp, "prefill_time_ep_s": dep.pp * pre.stage.parts.ep,

@@ -486,7 +486,7 @@ def schedule(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict, d
     # what each class shows: its time less its share of what was hidden, never below zero
     # (the shares add up to the hidden time only to rounding)
     exposed = {x: m * np.maximum(parts[x] - hidden * share[x], 0.0) for x in parts}
-    dp_time, dp_hidden = _dp_step(plan, comp, dp)
+    dp_time, dp_hidden = _dp_step(plan, comp, dp, hidden)
     # the hidden part of the step's data-parallel traffic runs beside compute as long as itself
     dp_exposed = cm.overlapped_time(compute_time=dp_hidden, comm_time=dp_time, overlap=1.0,
                                     overlap_contention=kappa) - dp_hidden
@@ -499,14 +499,18 @@ def schedule(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict, d
                     exposed=exposed, contention=contention)
 
 
-def _dp_step(plan: Plan, comp: Compute, dp: DataParallel):
+def _dp_step(plan: Plan, comp: Compute, dp: DataParallel, busy=0.0):
     """The once-per-step data-parallel time [s] and how much of it hides: the reduction
     behind the last micro-batch's backward (recomputation included), the gather behind
-    the first one's forward, each but one chunk, at the dp overlap level."""
+    the first one's forward, each but one chunk, at the dp overlap level. ``busy`` is the
+    compute of a micro-batch that its own communication already hides behind; the
+    data-parallel traffic hides only behind the rest, spread evenly over the pass (the
+    same seconds of compute cannot hide two transfers)."""
     level = plan.overlap_dp
-    backward = comp.per_microbatch - comp.stage_forward
+    free = np.maximum(1 - busy / where(comp.per_microbatch > 0, comp.per_microbatch, 1.0), 0.0)
+    backward = (comp.per_microbatch - comp.stage_forward) * free
     hidden = level * (np.minimum(dp.reduce * (1 - 1 / dp.chunks), backward)
-                      + np.minimum(dp.gather * (1 - 1 / dp.chunks), comp.stage_forward))
+                      + np.minimum(dp.gather * (1 - 1 / dp.chunks), comp.stage_forward * free))
     return dp.reduce + dp.gather, hidden
 
 

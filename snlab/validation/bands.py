@@ -18,8 +18,6 @@ from __future__ import annotations
 
 #: metrics that are times: a prediction that is too fast has a smaller value
 TIME_METRICS = {"step_time_s", "tpot_s", "ttft_s"}
-#: serving metrics and the phase they measure
-SERVING_PHASES = {"decode_tokens_per_s_per_device": "decode", "prefill_tokens_per_s_per_device": "prefill"}
 
 
 def _speed_ratio(row) -> float:
@@ -39,7 +37,7 @@ def residuals():
     rows = []
     for kind, frame in (("training", training_table()), ("serving", serving_table())):
         for row in frame.to_dict("records"):
-            regime = kind if kind == "training" else f"serving {SERVING_PHASES[row['metric']]}"
+            regime = kind if kind == "training" else row["regime"]
             family = system(row["system"]).device.family
             rows.append({"regime": regime, "family": family, "id": row["id"], "ratio": _speed_ratio(row)})
     return pd.DataFrame(rows)

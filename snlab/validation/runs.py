@@ -18,6 +18,10 @@ def read_runs(path: Path, required: tuple, optional: set, fallback: str) -> list
     for i, run in enumerate(runs):
         where = f"{path.name}: run {run.get('id', i + 1)}"
         unknown = set(run) - allowed
+        if "tolerance" in unknown:
+            raise SnlabError(f"{where}.tolerance", "a tolerance belongs to a kind of run, not to one row",
+                             "no tolerance field: every row of a regime is held to that regime's tolerance "
+                             "(TOLERANCE in snlab.validation.training and snlab.validation.serving)")
         if unknown:
             raise SnlabError(f"{where}.{sorted(unknown)[0]}", "unknown field", ", ".join(sorted(allowed)))
         for key in required:

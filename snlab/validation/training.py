@@ -1,4 +1,10 @@
-"""The training model against published training runs (``training_runs.toml``)."""
+"""The training model against published training runs (``training_runs.toml``).
+
+Every row is held to one tolerance, :data:`TOLERANCE`: the training regime's, set for
+the kind of run and not per row. The runs of today's software (NeMo on H100, LLM Foundry
+on A100) and the Megatron-LM papers' runs on A100 show no difference between chip
+families that would call for a tolerance of their own.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +12,23 @@ from pathlib import Path
 
 from .runs import HERE, read_runs
 
-_RUN_KEYS = {"id", "source", "where", "model", "system", "plan", "metric", "measured", "tolerance",
-             "definition", "note", "precision"}
+_RUN_KEYS = {"id", "source", "where", "model", "system", "plan", "metric", "measured", "definition", "note",
+             "precision", "outside"}
+#: the relative error every training row is held to; a row outside it fails its test
+#: (tests/test_validation_training.py) unless it says, in ``outside``, why the model misses it
+TOLERANCE = {"training": 0.20}
 
 
 def training_runs(path: str | Path | None = None) -> list[dict]:
     """The published training runs (default: the shipped file), validated."""
     path = Path(path) if path else HERE / "training_runs.toml"
-    return read_runs(path, ("id", "source", "where", "model", "system", "plan", "metric", "measured", "tolerance"),
+    return read_runs(path, ("id", "source", "where", "model", "system", "plan", "metric", "measured"),
                      _RUN_KEYS, "training_runs.toml")
 
 
 def training_table(path: str | Path | None = None):
     """Predicted against measured for every training run: a pandas DataFrame with the
-    relative error and whether it is within the run's tolerance."""
+    relative error and whether it is within the training regime's tolerance."""
     import pandas as pd
 
     from ..training import train
@@ -30,7 +39,8 @@ def training_table(path: str | Path | None = None):
         error = predicted / run["measured"] - 1
         rows.append({"id": run["id"], "source": run["source"], "where": run["where"], "model": run["model"],
                      "system": run["system"], "metric": run["metric"], "measured": run["measured"],
-                     "predicted": predicted, "error": error, "tolerance": run["tolerance"],
-                     "within": abs(error) <= run["tolerance"], "definition": run.get("definition", ""),
-                     "note": run.get("note", "")})
+                     "predicted": predicted, "regime": "training", "error": error,
+                     "tolerance": TOLERANCE["training"], "within": abs(error) <= TOLERANCE["training"],
+                     "definition": run.get("definition", ""), "note": run.get("note", ""),
+                     "outside": run.get("outside", "")})
     return pd.DataFrame(rows)

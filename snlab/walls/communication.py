@@ -50,6 +50,17 @@ ring_all_reduce_time = Formula(
     "Ring all-reduce: 2(n-1) steps, each device sends 2(n-1)/n of the buffer.",
 )
 
+direct_all_reduce_time = Formula(
+    "direct_all_reduce_time", "time",
+    a0 + alpha + (n - 1) * S / (eta * beta),
+    "one-shot all-reduce as the inference engines run it (vLLM csrc/custom_all_reduce.cuh, SGLang and "
+    "TensorRT-LLM's custom all-reduce): every device reads each peer's whole buffer over the scale-up "
+    "links and reduces it locally; calibrated on SGLang PR 2904's H100 TP 8 table",
+    "One-shot all-reduce of an S-byte buffer over n devices of one scale-up domain: a "
+    "single step of latency, then (n - 1) S bytes into each device. It beats the ring "
+    "for the small messages of a decode step, which pay 2(n - 1) ring steps otherwise.",
+)
+
 tree_all_reduce_time = Formula(
     "tree_all_reduce_time", "time",
     a0 + 2 * sp.log(n, 2) * alpha + 2 * S / (eta * beta),

@@ -184,9 +184,49 @@ batching_throughput = Formula(
     "finished slot at the next step, so n_steps = mu_o.",
 )
 
+# --- an offline benchmark: every request queued at once ---------------------------------
+
+Nreq, W, nb2, sp_, tch, tw, tw2, tf, tf2 = (sym.requests, sym.waves, sym.last_wave_sequences, sym.prefill_chunks,
+                                           sym.chunk_time, sym.wave_time, sym.last_wave_time, sym.first_token_time,
+                                           sym.last_first_token_time)
+
+wave_time = Formula(
+    "wave_time", "wave_time",
+    sp_ * tch + (mu - 1) * tstep,
+    "in-flight batching with chunked prefill as trtllm-bench's offline runs schedule identical requests "
+    "(TensorRT-LLM perf-overview: uniform lengths, every request queued at once): a wave of n_b sequences "
+    "enters together, is prefilled in chunks of the step's token budget, then decodes together",
+    "Time of one wave of requests on a replica: s_pf chunked-prefill steps (the last of "
+    "them emits each sequence's first token), then mu_o - 1 decode steps.",
+)
+
+offline_makespan = Formula(
+    "offline_makespan", "time",
+    (W - 1) * tw + tw2,
+    "definition: waves run one after another, the last with the requests left over",
+    "Time for a replica to finish its N_req requests in W waves of n_b sequences, the last "
+    "of n_b' = N_req - (W - 1) n_b.",
+)
+
+offline_throughput = Formula(
+    "offline_throughput", "throughput",
+    Nreq * mu / sym.time,
+    "definition (trtllm-bench's Total Output Throughput: output tokens over the run's time)",
+    "Output tokens per second of an offline run of N_req requests that took tau.",
+)
+
+offline_mean_ttft = Formula(
+    "offline_mean_ttft", "time",
+    (nb * ((W - 1) * (W - 2) / 2 * tw + (W - 1) * tf) + nb2 * ((W - 1) * tw + tf2)) / Nreq,
+    "every request arrives at time 0: a request of wave w waits w waves, then for its prompt's chunk",
+    "Mean time to first token of an offline run: the full waves' requests wait (W - 1)(W - 2)/2 "
+    "waves on average in all, the last wave's W - 1, plus the time from their wave's start "
+    "to their first token.",
+)
+
 __all__ = [
     "speculative_tokens_per_step", "time_per_output_token", "mla_absorbed_attention_flops",
     "expert_activation", "domains_per_token", "direct_all_to_all_time", "far_read_time",
     "tiered_read_time", "max_sequences", "static_steps_uniform", "static_steps_exponential",
-    "batching_throughput",
+    "batching_throughput", "wave_time", "offline_makespan", "offline_throughput", "offline_mean_ttft",
 ]
