@@ -27,7 +27,7 @@ def blocks() -> dict[str, str]:
     return {
         "nomenclature": table_markdown(),
         "architecture": architecture.layers_markdown() + "\n\n" + architecture.mermaid(),
-        "evidence:accuracy": validation.summary_markdown(),
+        "evidence:accuracy": validation.summary_markdown() + "\n\n" + validation.fits_markdown(),
         "evidence:claims": claims.table_markdown(),
     }
 

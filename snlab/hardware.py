@@ -34,6 +34,12 @@ ACTIVATION_BYTES = 2.0
 #: backward pass (1) (Transformer Engine, low-precision training: performance
 #: considerations, 'Handling transposes')
 FP8_CAST_BYTES = 4.0
+#: bytes per weight element of the FP8 copies Transformer Engine keeps beside each 16-bit
+#: GEMM weight through a training step: on Hopper a row-wise and a transposed column-wise
+#: copy (2), on Blackwell one layout serves both (1) (Transformer Engine, low-precision
+#: training: performance considerations, 'Memory usage': "FP8 training does not always
+#: reduce memory"); none when the weights themselves are kept in FP8 (fp8_param)
+FP8_WEIGHT_COPY_BYTES = {"H100": 2.0, "B200": 1.0}
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ class Hardware:
     scale_up_node_latency: float = 0.0
     devices_per_node: float = 0.0
     cast_bytes: float = 0.0
+    weight_copy_bytes: float = 0.0
     memory_reserve: float = 0.0
     allocator_efficiency: float = 1.0
     overlap_contention: float = 0.0
@@ -192,7 +199,7 @@ def device_roofline(device, precision: str = "bf16", sustained_clock=None) -> di
 #: every field, in order: the names a sweep may vary (the ratios are derived, not set)
 FIELDS = tuple(f.name for f in dataclasses.fields(Hardware)
                if not f.name.startswith(("peak_ratio_", "efficiency_ratio_", "gemm_half_", "attention_"))
-               and f.name != "cast_bytes")
+               and f.name not in ("cast_bytes", "weight_copy_bytes"))
 
 
 @lru_cache(maxsize=256)
@@ -221,6 +228,7 @@ def hardware(system: "System", precision: str = "bf16") -> Hardware:
         overlap_contention=dev.overlap_contention, attention_peak_ratio=bf16 / dev.peak(precision),
         flash_attention_efficiency=dev.flash_attention_efficiency,
         cast_bytes=FP8_CAST_BYTES if precision == "fp8" else 0.0,
+        weight_copy_bytes=FP8_WEIGHT_COPY_BYTES.get(dev.family, 2.0) if precision == "fp8" else 0.0,
         attention_efficiency_ratio=dev.gemm_efficiency / dev.gemm_efficiency_at(precision),
         sustained_clock=dev.sustained_clock, dies=float(dev.dies),
         decode_attention_efficiency=dev.decode_attention_efficiency, **levels,

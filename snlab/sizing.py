@@ -102,6 +102,13 @@ class ModelSizes:
     ``query_width``, ``attention_output_width`` and ``latent_width`` are the widths of the
     attention tensors a token keeps for the backward pass; ``routed_copies`` and
     ``router_width`` the dispatched copies and router logits of an average layer.
+    The ``*_width`` fields are what selective recomputation and FP8 storage act on, per
+    token of an average layer: the norms' outputs (and latent attention's normalised
+    latents), the queries, keys and values after latent attention's up-projection, the
+    tensors inside the dense MLP, the routed experts' activation output and all their
+    hidden tensors, the shared experts' hidden tensors, and the inputs of the dense and
+    shared down-projections; ``mlp_params_avg``, ``shared_params_avg`` and
+    ``mla_up_params`` the matrix weights an average layer recomputes with them.
     ``mtp_modules`` multi-token-prediction modules (each one more transformer layer, a
     2h x h projection and the output head, on the last stage: ``mtp_matmul_params`` are
     their matrix weights); ``expert_groups`` / ``groups_per_token`` the group-limited
@@ -139,6 +146,17 @@ class ModelSizes:
     expert_groups: float = 0.0
     groups_per_token: float = 0.0
     dropout: float = 0.0
+    norm_output_width: float = 0.0
+    mla_up_width: float = 0.0
+    dense_mlp_width: float = 0.0
+    routed_act_width: float = 0.0
+    routed_mlp_width: float = 0.0
+    shared_mlp_width: float = 0.0
+    dense_down_width: float = 0.0
+    shared_down_width: float = 0.0
+    mlp_params_avg: float = 0.0
+    shared_params_avg: float = 0.0
+    mla_up_params: float = 0.0
 
 
 @lru_cache(maxsize=256)
@@ -167,6 +185,16 @@ def model_sizes(model: "Model") -> ModelSizes:
         q_width = o_width = model.heads * model.head_dim
         latent = 0
     moe_share = moe_layers / L
+    dense_share = dense_layers / L
+    k, n_sh, f_e = (moe.experts_per_token, moe.shared_experts, moe.expert_ffn_hidden_size) if moe else (0, 0, 0)
+    if model.mla:
+        m = model.mla
+        norm_latents = (m.q_lora_rank or 0) + m.kv_lora_rank
+        up_width = q_width + 2 * model.heads * head_dim
+        up_params = (model.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) * (m.q_lora_rank or 0)
+                     + model.heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank)
+    else:
+        norm_latents = up_width = up_params = 0
     # one MTP module: a transformer layer like the last one (a MoE layer when the model has
     # experts), the 2h x h projection of [embedding; hidden], and the shared output head
     mtp_layer = attn + (shared + router + moe.experts_per_token * expert_one if moe else mlp)
@@ -188,6 +216,13 @@ def model_sizes(model: "Model") -> ModelSizes:
         mtp_modules=float(model.mtp_modules), mtp_matmul_params=float(mtp),
         expert_groups=float(moe.expert_groups if moe else 0), groups_per_token=float(moe.groups_per_token if moe else 0),
         dropout=float(model.dropout),
+        norm_output_width=float(2 * h + norm_latents), mla_up_width=float(up_width),
+        dense_mlp_width=float(dense_share * n_mlp * model.ffn_hidden_size),
+        routed_act_width=float(moe_share * k * f_e), routed_mlp_width=float(moe_share * n_mlp * k * f_e),
+        shared_mlp_width=float(moe_share * n_mlp * n_sh * f_e),
+        dense_down_width=float(dense_share * model.ffn_hidden_size), shared_down_width=float(moe_share * n_sh * f_e),
+        mlp_params_avg=float(dense_share * mlp), shared_params_avg=float(moe_share * shared),
+        mla_up_params=float(up_params),
     )
 
 

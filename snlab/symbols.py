@@ -29,7 +29,8 @@ class Entry:
 
 
 # (name, latex, unit, meaning, assumption) grouped by topic. Assumptions: "int" =
-# positive integer, "nonneg_int" = integer >= 0, "pos" = positive real, "nonneg" = real >= 0.
+# positive integer, "nonneg_int" = integer >= 0, "pos" = positive real, "nonneg" = real >= 0,
+# "real" = any real.
 _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
     "model shape": [
         ("layers", "L", "1", "transformer layers", "int"),
@@ -106,6 +107,10 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("latent_width", r"w_{c}", "1", "latent-attention tensors a token keeps: compressed query and key/value and their normalised copies", "nonneg"),
         ("routed_copies", r"k_{r}", "1", "token copies an average layer dispatches to routed experts (k on MoE layers, 0 on dense)", "nonneg"),
         ("router_width", r"E_{r}", "1", "router logits an average layer keeps per token (E on MoE layers)", "nonneg"),
+        ("recomputed_replicated_width", r"w_{r}", "1", "elements per token a layer's recomputed modules drop from what tensor parallelism replicates (norm outputs)", "nonneg"),
+        ("recomputed_split_width", r"w_{r}'", "1", "elements per token a layer's recomputed modules drop from what tensor parallelism splits", "nonneg"),
+        ("fp8_replicated_width", r"w_{8}", "1", "elements per token a layer keeps in FP8 among those tensor parallelism replicates (the linear layers' inputs)", "nonneg"),
+        ("fp8_split_width", r"w_{8}'", "1", "elements per token a layer keeps in FP8 among those tensor parallelism splits, less the FP8 copy of the output projection's input", "real"),
         ("weight_memory", r"M_{w}", "bytes", "weight bytes per device", "nonneg"),
         ("grad_memory", r"M_{g}", "bytes", "gradient bytes per device", "nonneg"),
         ("optimizer_memory", r"M_{o}", "bytes", "optimizer-state bytes per device", "nonneg"),
@@ -195,6 +200,7 @@ _ASSUME = {
     "nonneg_int": dict(integer=True, nonnegative=True),
     "pos": dict(positive=True),
     "nonneg": dict(nonnegative=True),
+    "real": dict(real=True),
 }
 
 

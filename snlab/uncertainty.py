@@ -83,6 +83,38 @@ def band(regime: str, family: str) -> Band:
     return Band(regime=regime, family=family, runs=int(b["runs"]), low=float(b["low"]), high=float(b["high"]))
 
 
+@lru_cache(maxsize=1)
+def _ranges() -> dict:
+    doc = read_toml(DATA / "error_bands.toml", "error_bands.toml")
+    return {r["family"]: r for r in doc.get("range", [])}
+
+
+def validated(family: str, plans: dict, precision: str = "bf16"):
+    """True for each training plan that lies inside what the family's published runs
+    cover (each degree between the smallest and largest they used, a ZeRO stage,
+    recomputation choice and precision they were made with): the plans the family's band
+    speaks for. ``plans`` holds plan columns (``tp``, ``pp``, ``cp``, ``ep``,
+    ``interleave``, ``dp``, ``zero``, and ``recompute`` as names); a family without
+    runs covers none."""
+    import numpy as np
+    r = _ranges().get(family)
+    n = len(np.atleast_1d(plans["tp"]))
+    if r is None or precision not in r["precision"]:
+        return np.zeros(n, dtype=bool)
+    devices = (np.asarray(plans["tp"]) * np.asarray(plans["pp"]) * np.asarray(plans["dp"])
+               * np.asarray(plans["cp"]))
+    ok = np.ones(n, dtype=bool)
+    for key, values in (("tp", plans["tp"]), ("pp", plans["pp"]), ("cp", plans["cp"]), ("ep", plans["ep"]),
+                        ("interleave", plans["interleave"]), ("devices", devices)):
+        lo, hi = r[key]
+        values = np.asarray(values, dtype=float)
+        ok &= (values >= lo) & (values <= hi)
+    ok &= np.isin(np.asarray(plans["zero"]).astype(int), r["zero"])
+    ok &= np.isin(np.asarray(plans["recompute"]).astype(str), r["recompute"])
+    return ok
+
+
 def reload() -> None:
     """Read the error bands again (after ``python -m snlab.docs`` rewrote them)."""
     _table.cache_clear()
+    _ranges.cache_clear()

@@ -125,7 +125,13 @@ def test_search_prints_the_best_plans():
     header = lines[1].split()
     for col in ("tp", "pp", "dp", "mb", "zero", "recompute", "mfu"):
         assert col in header, col
-    assert len(lines) == 2 + 3
+    plans = [l for l in lines[2:] if not l.startswith("*")]
+    assert len(plans) == 3
+    # a plan the published runs do not cover is marked, and the mark explained
+    assert any(l.rstrip().endswith("*") for l in plans) == any(l.startswith("* outside") for l in lines)
+    validated = run("search", "--model", "megatron-22b", "--system", "dgx-a100", "--devices", "64",
+                    "--global-batch", "512", "--top", "3", "--validated-only").stdout.strip().splitlines()
+    assert not any(l.rstrip().endswith("*") for l in validated[2:]) and len(validated) == 5
 
 
 def test_search_json_plans_use_all_devices_and_are_sorted():
@@ -163,7 +169,7 @@ def test_impossible_search_is_one_line():
 
 ARGPARSE_ERRORS = [
     (["--tp", "0"], "--tp"),
-    (["--recompute", "sometimes"], "--recompute"),
+    (["--recompute", "sometimes"], "recompute: unknown module"),
 ]
 
 

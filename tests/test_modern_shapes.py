@@ -170,14 +170,16 @@ def test_deepseek_v3_moe_layer_activation_bytes():
     queries a (128 + 64) and output-projection input a 128: 40,960 x 2             =  81,920
     keys a (128 + 64) and values a 128: 40,960 x 2                                  =  81,920
     expert hidden tensors (gate, up, product) of 8 routed + 1 shared: 3 x 9 x 2048 x 2 = 110,592
-    8 dispatched token copies and 8 expert outputs: 2 x 8 x 7168 x 2              = 229,376
-                                                                            total = 570,496
+    8 dispatched token copies: 8 x 7168 x 2                                         = 114,688
+    (the routing weights are applied in the experts' activation, so the combine keeps
+    no expert outputs: Megatron-Core's moe_permute_fusion)
+                                                                            total = 455,808
     The dense formula with the expert width counted the queries and output as h wide and
     left out the copies: about half of this.
     """
     h, a, k, E, fe = 7168, 128, 8, 256, 2048
-    by_hand = 8 * h + 2 * 4160 + 4 * E + 2 * a * 320 + 2 * a * 320 + 2 * 3 * (k + 1) * fe + 2 * 2 * k * h
-    assert by_hand == 570_496
+    by_hand = 8 * h + 2 * 4160 + 4 * E + 2 * a * 320 + 2 * a * 320 + 2 * 3 * (k + 1) * fe + 2 * k * h
+    assert by_hand == 455_808
     got = mw.activation_memory_per_layer(
         seq_len=1, micro_batch=1, hidden_size=h, heads=a, kv_heads=a, head_dim=160, tp=1, sequence_parallel=0,
         recompute=1, activation_bytes=2, logit_bytes=4, ffn_activation_width=(k + 1) * fe, mlp_matrices=3,

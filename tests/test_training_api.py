@@ -758,3 +758,25 @@ def test_model_flops_do_not_depend_on_the_attention_kernel():
         assert r.palm_tflops_per_device * seconds == pytest.approx(korthikanti_eq7(64, s, L, h, V), rel=1e-9)
     executed = {fa: r.hardware_tflops_per_device * r.step_time_s for fa, r in runs.items()}
     assert executed[True] != pytest.approx(executed[False], rel=1e-6)
+
+
+def test_recomputation_by_module_names():
+    from snlab.training import plan as pl
+    assert pl.recompute_code("none") == 0 and pl.recompute_code("core_attn") == 1
+    a, b = pl.recompute_code("mlp,layernorm"), pl.recompute_code(" layernorm , mlp")
+    assert a == b and pl.RECOMPUTE_NAMES[a] == "layernorm,mlp"
+    for bad in ("sometimes", "mlp,,", 3, 2.5, -1, len(pl.RECOMPUTE_NAMES), None):
+        with pytest.raises(snlab.SnlabError, match="recompute"):
+            pl.recompute_code(bad)
+    r = snlab.train("deepseek-v3", "dgx-h100", tp=2, pp=8, interleave=4, ep=64, expert_tp=1, dp=64,
+                    global_batch=16384, recompute="mlp,mla_up_proj", optimizer_bytes=6)
+    assert r.plan["recompute"] == "mla_up_proj,mlp" and r.plan["expert_tp"] == 1 and r.fits
+    df = snlab.sweep("llama3-8b", "dgx-h100", dp=8, global_batch=8, recompute=["none", "mlp", "layernorm,mlp"],
+                     fp8_activations=["none", "linear", "all"])
+    assert list(df["recompute"].unique()) == ["none", "mlp", "layernorm,mlp"]
+    assert (df.groupby("recompute", observed=True)["memory_activations_bytes"].max().diff().dropna() < 0).all()
+    assert (df.groupby("fp8_activations", observed=True)["memory_activations_bytes"].max().diff().dropna() < 0).all()
+    with pytest.raises(snlab.SnlabError, match="fp8_activations"):
+        snlab.train("llama3-8b", "dgx-h100", dp=8, global_batch=8, fp8_activations="half")
+    with pytest.raises(snlab.SnlabError, match="expert_tp"):
+        snlab.train("qwen3-30b-a3b", "dgx-h100", tp=2, dp=4, ep=8, expert_tp=3, global_batch=8)

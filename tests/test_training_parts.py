@@ -60,7 +60,8 @@ def plan(**kw) -> pl.Plan:
     base = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=8, zero_stage=1, recompute=1,
                 sequence_parallel=0, interleave=1, offload=0, grad_bytes=2, seq_len=SEQ, flash_attention=1,
                 optimizer_bytes=12, first_stage_layers=0, last_stage_layers=0, ep_dispatcher=1, capacity_factor=0,
-                expert_imbalance=1, chunk_overhead_s=TAU, **{f"overlap_{c}": 0.0 for c in pl.OVERLAP_CLASSES})
+                expert_imbalance=1, chunk_overhead_s=TAU, fp8_activations=0, expert_tp=0, logit_bytes=4,
+                **{f"overlap_{c}": 0.0 for c in pl.OVERLAP_CLASSES})
     base.update(kw)
     return pl.Plan(**{k: float(v) for k, v in base.items()})
 
@@ -1073,8 +1074,13 @@ def test_which_splits_are_refused():
     assert bad(24, 3, 1, 1, 24, 0)                              # 1 + 24 layers fixed of 24
     assert not bad(24, 2, 1, 1, 23, 0) and not bad(24, 2, 1, 23, 1, 0)
     assert bad(24, 3, 1, 24, 1, 0)
-    assert bad(24, 3, 2, 0, 0, 0) is False and bad(9, 3, 3, 0, 0, 0) is False and bad(8, 3, 3, 0, 0, 0)
-    assert bad(5, 3, 2, 0, 0, 0)                                # middle stages of 1 or 2 layers for 2 chunks
+    assert bad(24, 3, 2, 0, 0, 0) is False and bad(9, 3, 3, 0, 0, 0) is False
+    # the automatic split may leave the first stage's first chunk to the embedding and the
+    # last stage's last to the output layer (8 layers: 3 + 3 + 2 over 3 chunks each) ...
+    assert not bad(8, 3, 3, 0, 0, 0) and not bad(126, 16, 8, 0, 0, 0)
+    # ... but never a middle stage's chunk (6 layers: 2 each), nor one chunk more
+    assert bad(6, 3, 3, 0, 0, 0) and bad(126, 16, 9, 0, 0, 0)
+    assert not bad(5, 3, 2, 0, 0, 0) and bad(3, 3, 2, 0, 0, 0)  # 2 + 2 + 1 layers fit 2 chunks; 1 + 1 + 1 do not
 
 
 def test_stage_layers_and_chunks():
@@ -1106,3 +1112,263 @@ def test_the_stage_table_says_what_else_each_stage_runs():
     assert sum(table["layers"]) == 61
     two = stages.stage_table(dataclasses.replace(snlab.model("deepseek-v3"), mtp_modules=2), 2)
     assert two["also"].tolist()[-1] == "output layer and loss, 2 MTP modules"
+
+
+# --- recomputation by module, FP8 storage, expert tensor parallelism ---------------------
+
+def test_recomputing_modules_drops_what_they_keep():
+    """Megatron-Core's recompute_modules on GPT 1.7B (f = 4h, GELU: two hidden tensors)."""
+    bf = 2.0
+    base = S.activations(SIZES, plan(recompute=0))
+    mlp = S.activations(SIZES, plan(recompute=pl.recompute_code("mlp")))
+    assert mlp.stored == approx(base.kept - bf * SEQ * 2 * 4 * H)          # GELU input and output dropped
+    norms = S.activations(SIZES, plan(recompute=pl.recompute_code("layernorm"), tp=2, sequence_parallel=0))
+    plain = S.activations(SIZES, plan(recompute=0, tp=2, sequence_parallel=0))
+    assert norms.stored == approx(plain.kept - bf * SEQ * 2 * H)          # replicated without SP
+    both = S.activations(SIZES, plan(recompute=pl.recompute_code("layernorm,mlp"), tp=2, sequence_parallel=1))
+    sp = S.activations(SIZES, plan(recompute=0, tp=2, sequence_parallel=1))
+    assert both.stored == approx(sp.kept - bf * SEQ * (2 * H + 2 * 4 * H) / 2)
+    assert both.modules == approx(bf * SEQ * (2 * H + 2 * 4 * H) / 2) and both.rebuilt == approx(both.modules)
+    # modules a dense GPT does not have drop nothing
+    other = S.activations(SIZES, plan(recompute=pl.recompute_code("mla_up_proj,moe_act,shared_experts,moe")))
+    assert other.stored == approx(base.kept) and other.modules == 0
+    # without FlashAttention, modules without core_attn keep the scores; with it, they go
+    scores = S.activations(SIZES, plan(recompute=pl.recompute_code("mlp"), flash_attention=0))
+    assert scores.stored == approx(scores.everything - bf * SEQ * 2 * 4 * H)
+    attn = S.activations(SIZES, plan(recompute=pl.recompute_code("core_attn,mlp"), flash_attention=0))
+    assert attn.stored == approx(attn.selective - bf * SEQ * 2 * 4 * H)
+    assert attn.rebuilt == approx(attn.everything - attn.selective + bf * SEQ * 2 * 4 * H)
+
+
+def test_module_recomputation_runs_their_matrix_multiplies_again():
+    p = plan(recompute=pl.recompute_code("mlp"))
+    lay, act = S.layout(SIZES, p), S.activations(SIZES, p)
+    comp = S.compute(SIZES, p, HW, lay, act)
+    base = S.compute(SIZES, plan(recompute=1), HW, lay, S.activations(SIZES, plan(recompute=1)))
+    # the MLP's 8 h^2 of the layer's 12 h^2 forward again, and the dropped bytes written again
+    mlp = comp.dense_gemm * 8 * H * H / DENSE + act.modules / BYTE_RATE
+    assert comp.recompute == approx(base.recompute + L * mlp)
+
+
+def test_moe_modules():
+    k, fe, h, experts = 8.0, 768.0, 2048.0, 128.0
+    base = S.activations(QWEN, plan(recompute=0, dp=8, ep=8))
+    act = S.activations(QWEN, plan(recompute=pl.recompute_code("moe_act"), dp=8, ep=8))
+    assert act.modules == approx(2 * SEQ * k * fe)                 # the routed experts' activation output
+    moe = S.activations(QWEN, plan(recompute=pl.recompute_code("moe"), dp=8, ep=8))
+    assert moe.modules == approx(2 * SEQ * (3 * k * fe + k * h))    # gate, up, product and the k token copies
+    assert moe.stored == approx(base.kept - moe.modules)
+    # recomputing the MoE block repeats its all-to-alls
+    p = plan(dp=8, ep=8, ep_dispatcher=0, expert_imbalance=1.0, recompute=pl.recompute_code("moe"))
+    q = plan(dp=8, ep=8, ep_dispatcher=0, expert_imbalance=1.0, recompute=0)
+    lay = S.layout(QWEN, p)
+    assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(1.5 * S.expert_comm(QWEN, q, EP_HW, lay))
+    # and its experts' matrix multiplies
+    lay, act = S.layout(QWEN, p), S.activations(QWEN, p)
+    comp = S.compute(QWEN, p, HW, lay, act)
+    base = S.compute(QWEN, q, HW, lay, S.activations(QWEN, q))
+    assert comp.recompute == approx(base.recompute + L * 2 * (comp.expert_gemm + act.modules / BYTE_RATE))
+
+
+def test_fp8_keeps_the_linear_layers_inputs_in_one_byte():
+    """Transformer Engine's FP8: the QKV and MLP inputs (2h, replicated), the second MLP
+    input (f) at one byte, the output projection's input twice (16-bit and FP8)."""
+    for tp, sp_ in ((1, 0), (2, 1), (2, 0)):
+        bf16 = S.activations(SIZES, plan(recompute=0, tp=tp, sequence_parallel=sp_))
+        fp8 = S.activations(SIZES, plan(recompute=0, tp=tp, sequence_parallel=sp_, fp8_activations=1))
+        saved = SEQ * (2 * H / tp ** sp_ + (4 * H - H) / tp)
+        assert fp8.stored == approx(bf16.kept - saved)
+        everything = S.activations(SIZES, plan(recompute=0, tp=tp, sequence_parallel=sp_, fp8_activations=2))
+        assert everything.stored == approx(fp8.stored - SEQ * 4 * H / tp)    # and the GELU input
+    full = S.activations(SIZES, plan(recompute=2, fp8_activations=2))
+    assert full.stored == approx(full.full)                       # full recomputation keeps the 16-bit input
+    # what the norms' or the MLP's recomputation drops is not kept in FP8 either
+    norms = S.activations(SIZES, plan(recompute=pl.recompute_code("layernorm,mlp"), fp8_activations=2))
+    assert norms.stored == approx(S.activations(SIZES, plan(recompute=pl.recompute_code("layernorm,mlp"))).stored
+                                  + SEQ * H)                          # only the output projection's FP8 copy
+
+
+def test_fp8_moe_storage():
+    k, fe, h = 8.0, 768.0, 2048.0
+    bf16 = S.activations(QWEN, plan(recompute=0, dp=8, ep=8))
+    fp8 = S.activations(QWEN, plan(recompute=0, dp=8, ep=8, fp8_activations=1))
+    wo = QWEN.attention_output_width
+    assert fp8.stored == approx(bf16.kept - SEQ * (2 * h + k * fe + k * h - wo))
+    act = S.activations(QWEN, plan(recompute=pl.recompute_code("moe_act"), dp=8, ep=8, fp8_activations=2))
+    plain = S.activations(QWEN, plan(recompute=pl.recompute_code("moe_act"), dp=8, ep=8))
+    assert act.stored == approx(plain.stored - SEQ * (2 * h + k * h - wo + 2 * k * fe))
+    whole = S.activations(QWEN, plan(recompute=pl.recompute_code("moe"), dp=8, ep=8, fp8_activations=2))
+    assert whole.stored == approx(S.activations(QWEN, plan(recompute=pl.recompute_code("moe"), dp=8, ep=8)).stored
+                                  - SEQ * (2 * h - wo))
+
+
+def test_shared_experts_and_latent_attention_modules():
+    ds = model_sizes(snlab.model("deepseek-v3"))
+    p = plan(dp=8, ep=8)
+    base = S.activations(ds, dataclasses.replace(p, recompute=np.float64(0)))
+    up = S.activations(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("mla_up_proj"))))
+    assert up.modules == approx(2 * SEQ * (128 * 192 + 128 * (192 + 128)))  # queries, keys and values, 128 heads
+    shared = S.activations(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("shared_experts"))))
+    assert shared.modules == approx(2 * SEQ * 58 / 61 * 3 * 2048)
+    assert shared.stored == approx(base.kept - shared.modules)
+    norms = S.activations(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("layernorm"))))
+    assert norms.modules == approx(2 * SEQ * (2 * 7168 + 1536 + 512))    # and the latents' norms
+    fp8 = S.activations(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("shared_experts")),
+                                                fp8_activations=np.float64(2)))
+    kept = S.activations(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("shared_experts"))))
+    dense_down, routed = 3 / 61 * 18432, 8 * 58 / 61 * 2048
+    wo = 128 * 128
+    inner = 2 / 3 * (3 / 61 * 3 * 18432 + 58 / 61 * 3 * 8 * 2048)        # gate and up, dense and routed
+    assert fp8.stored == approx(kept.stored - SEQ * (2 * 7168 + dense_down + routed + ds.routed_copies * 7168 - wo
+                                                     + inner))
+    # the up-projections' weights run again
+    comp = S.compute(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("mla_up_proj"))), HW,
+                     S.layout(ds, p), up)
+    ref = S.compute(ds, dataclasses.replace(p, recompute=np.float64(1)), HW, S.layout(ds, p),
+                    S.activations(ds, dataclasses.replace(p, recompute=np.float64(1))))
+    mla_up = 128 * 192 * 1536 + 128 * 256 * 512
+    layers = S.layout(ds, p).stage_layers
+    assert comp.recompute == approx(ref.recompute + layers * (comp.dense_gemm * mla_up / ds.dense_matmul_params
+                                                              + up.modules / BYTE_RATE))
+
+
+def test_fp8_weight_copies_sit_beside_the_weights():
+    p = plan(dp=8)
+    lay, act = S.layout(SIZES, p), S.activations(SIZES, p)
+    params = S.parameters(SIZES, p, lay)
+    assert S.memory(SIZES, p, lay, act, params, 2.0).buffers == approx(2.0 * params.total)
+    z3 = plan(dp=8, zero_stage=3)
+    lay3 = S.layout(SIZES, z3)
+    params3 = S.parameters(SIZES, z3, lay3)
+    buffers = S.memory(SIZES, z3, lay3, act, params3, 1.0).buffers
+    layer = params3.total / lay3.stage_layers
+    assert buffers == approx(layer * (4 + 2) + 1.0 * 2 * layer)          # two gathered layers' copies
+    assert snlab.hardware.hardware(snlab.system("dgx-h100"), "fp8").weight_copy_bytes == 2.0
+    assert snlab.hardware.hardware(snlab.system("dgx-b200"), "fp8").weight_copy_bytes == 1.0
+    assert snlab.hardware.hardware(snlab.system("dgx-h100"), "bf16").weight_copy_bytes == 0.0
+
+
+def test_experts_split_fewer_ways_than_the_dense_layers():
+    """expert_tp 1 with tp 2: whole experts, the expert group spanning the tensor ranks."""
+    p = plan(tp=2, dp=4, ep=8, expert_tp=1, expert_imbalance=1.0, sequence_parallel=1)
+    lay, act = S.layout(QWEN, p), S.activations(QWEN, p)
+    params = S.parameters(QWEN, p, lay)
+    assert params.experts == approx(QWEN.expert_params / 8)
+    assert params.groups[1][1:] == (1.0, 8.0)                      # 2 x 4 / 8 replicas, ranks 1 x 1 x 8 apart
+    comp = S.compute(QWEN, p, HW, lay, act)
+    per_expert = SEQ / 2 * 8 * 8 / 128                               # half the tokens reach each rank's experts
+    assert comp.expert_gemm == approx(16 * gemm(per_expert, 2048, 3 * 768))
+    a2a = S.expert_comm(QWEN, dataclasses.replace(p, ep_dispatcher=np.float64(0)), EP_HW, lay)
+    msg = SEQ / 2 * 8 * 2048 * 2
+    assert a2a == approx(48 * 2 * 2 * (10e-6 + 7 * 1e-6 + 7 / 8 * msg / UP))   # 8 ranks in one domain
+    no_sp = plan(tp=2, dp=4, ep=8, expert_tp=1, expert_imbalance=1.0, sequence_parallel=0, ep_dispatcher=0)
+    assert S.expert_comm(QWEN, no_sp, EP_HW, S.layout(QWEN, no_sp)) == approx(a2a)   # each rank its half
+    same = plan(tp=2, dp=4, ep=4, expert_imbalance=1.0)
+    assert same.etp == 2 and p.etp == 1
+
+
+def test_recomputing_a_moe_block_with_shared_experts():
+    ds = model_sizes(snlab.model("deepseek-v3"))
+    p = plan(dp=8, ep=8, recompute=0)
+    base = S.activations(ds, p)
+    assert base.modules == 0 and base.rebuilt == 0
+    moe_share, k, fe, h = 58 / 61, 8.0, 2048.0, 7168.0
+    whole = S.activations(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("moe"))))
+    assert whole.modules == approx(2 * SEQ * moe_share * (3 * k * fe + 3 * fe + k * h))
+    act = S.activations(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("moe_act,shared_experts"))))
+    assert act.modules == approx(2 * SEQ * moe_share * (k * fe + 3 * fe))
+    # in FP8 the shared experts' down-projection input is kept in one byte unless recomputed
+    fp8 = S.activations(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("moe_act")),
+                                                fp8_activations=np.float64(2)))
+    bf = S.activations(ds, dataclasses.replace(p, recompute=np.float64(pl.recompute_code("moe_act"))))
+    wo, dense = 128 * 128, 3 / 61
+    inner = 2 / 3 * (dense * 3 * 18432 + moe_share * 3 * k * fe + moe_share * 3 * fe)
+    assert fp8.stored == approx(bf.stored - SEQ * (2 * h + dense * 18432 - wo + moe_share * fe + ds.routed_copies * h
+                                                   + inner))
+    # recomputing the MoE block runs the shared experts' matrix multiplies again too
+    q = dataclasses.replace(p, recompute=np.float64(pl.recompute_code("moe")))
+    lay = S.layout(ds, q)
+    comp = S.compute(ds, q, HW, lay, whole)
+    ref = S.compute(ds, dataclasses.replace(p, recompute=np.float64(1)), HW, lay,
+                    S.activations(ds, dataclasses.replace(p, recompute=np.float64(1))))
+    shared = moe_share * 3 * h * fe
+    assert comp.recompute == approx(ref.recompute + lay.stage_layers * (
+        comp.dense_gemm * shared / ds.dense_matmul_params + comp.expert_gemm + whole.modules / BYTE_RATE))
+
+
+def test_memory_stage_by_stage():
+    """GPT 1.7B on 2 stages (the output layer counted as one more layer on the last: 13 +
+    11), 8 micro-batches, dp 2: each stage's own weights and in-flight activations."""
+    hw = dataclasses.replace(HW, weight_copy_bytes=2.0)
+    p = plan(pp=2, dp=2, global_batch=16, recompute=0)
+    rows = S.stage_memory(SIZES, p, hw)
+    act = S.activations(SIZES, p)
+    assert [r["layers"] for r in rows] == [13, 11] and [r["in_flight"] for r in rows] == [2, 1]
+    emb = V * H + 2048 * H                                        # the input embedding and learned positions
+    first = SIZES.layer_params * 13 / L + emb
+    last = SIZES.layer_params * 11 / L + V * H                    # the output layer's copy
+    for row, params in ((rows[0], first), (rows[1], last)):
+        assert row["weights"] == approx(2 * params)
+        assert row["grads"] == approx(2 * params)
+        assert row["optimizer"] == approx(12 * params / 2)
+        assert row["buffers"] == approx(2.0 * params)             # the FP8 copies
+    logits = 4 * SEQ * V
+    assert rows[0]["activations"] == approx(act.stored * 13 * 2)
+    assert rows[1]["activations"] == approx(act.stored * 11 * 1 + logits)
+    for row in rows:
+        assert row["total"] == approx(row["weights"] + row["grads"] + row["optimizer"] + row["activations"]
+                                      + row["buffers"])
+    # ZeRO-3 holds two gathered layers and their gradients; full recomputation's working layer
+    z3 = plan(dp=8, zero_stage=3, recompute=2)
+    one = S.stage_memory(SIZES, z3, HW)[0]
+    params = SIZES.layer_params + emb
+    per_layer = params / L
+    assert one["buffers"] == approx(per_layer * (4 + 2)) and one["weights"] == approx(2 * params / 8)
+    full = S.activations(SIZES, z3)
+    assert one["activations"] == approx(full.full * 24 * 1 + logits + full.kept)
+    z2 = S.stage_memory(SIZES, plan(dp=8, zero_stage=2), HW)[0]
+    assert z2["buffers"] == approx(params / L * 2) and z2["grads"] == approx(2 * params / 8)
+    mtp = S.stage_memory(MTP, plan(pp=2, global_batch=16), HW)
+    # the MTP module weighs 3 more layers on the last stage (floor((V h + 14 h^2) / 12 h^2)):
+    # 14 + 10 layers, the last also running the module's layer and its logits
+    assert mtp[1]["layers"] == 10 and mtp[1]["activations"] == approx(
+        S.activations(MTP, plan(pp=2, global_batch=16)).stored * 11 * 1 + 2 * logits)
+    tied = S.stage_memory(SIZES, plan(), HW)[0]
+    assert tied["weights"] == approx(2 * (SIZES.layer_params + emb))   # one stage: the tied embedding once
+    moe = S.stage_memory(QWEN, plan(dp=8, ep=8, expert_tp=1), HW)[0]
+    assert moe["weights"] == approx(2 * (QWEN.layer_params + QWEN.embedding_params + 151936 * 2048
+                                         + QWEN.expert_params / 8))
+    assert moe["optimizer"] == approx(12 * ((QWEN.layer_params + QWEN.embedding_params + 151936 * 2048) / 8
+                                            + QWEN.expert_params / 8))
+
+
+def test_the_end_stages_may_hold_one_chunk_fewer():
+    from snlab.training import stages
+    # two stages of 3 chunks: 2 + 2 layers, a chunk of each end for the embedding and the
+    # loss; 2 + 1 leaves the last stage short
+    assert not stages.broken(4, 2, 3) and stages.broken(3, 2, 3)
+    # the output layer as a unit of the last stage counts toward its chunks
+    assert not stages.broken(3, 2, 3, 0, 0, 1) and stages.broken(2, 2, 3, 0, 0, 1)
+    assert stages.split(4, 2, 0, 0, 1).last_units == 2 and stages.split(7, 1).last_units == 8
+
+
+def test_stage_memory_with_tensor_context_and_expert_parallelism():
+    hw = dataclasses.replace(HW, weight_copy_bytes=1.0)
+    p = plan(tp=2, cp=2, dp=4, ep=4, expert_tp=2, pp=2, global_batch=16, expert_imbalance=1.0)
+    rows = S.stage_memory(QWEN, p, hw)
+    act = S.activations(QWEN, p)
+    n0, n1 = rows[0]["layers"], rows[1]["layers"]
+    assert n0 + n1 == 48
+    dense0 = (QWEN.layer_params * n0 / 48 + QWEN.embedding_params) / 2
+    experts0 = QWEN.expert_params * n0 / 48 / (4 * 2)
+    # dense states over dp x cp = 8; expert states over the 2 x 4 x 2 / (4 x 2) = 2 replicas
+    assert rows[0]["optimizer"] == approx(12 * (dense0 / 8 + experts0 / 2))
+    assert rows[0]["buffers"] == approx(1.0 * (dense0 + experts0))
+    logits = 4 * SEQ / 2 * 151936 / 2                             # the sequence over cp, the vocabulary over tp
+    assert rows[1]["activations"] == approx(act.stored * n1 * rows[1]["in_flight"] + logits)
+    # a last stage of the output layer alone (24 stages of GPT 1.7B: the tail takes a layer's place)
+    lone = S.stage_memory(SIZES, plan(pp=24, global_batch=24, zero_stage=2), HW)[-1]
+    assert lone["layers"] == 0 and lone["buffers"] == approx(V * H * 2)
+    z3 = S.stage_memory(SIZES, plan(dp=8, zero_stage=3), hw)[0]
+    per_layer = (SIZES.layer_params + V * H + 2048 * H) / L
+    assert z3["buffers"] == approx(per_layer * (4 + 2) + 1.0 * 2 * per_layer)

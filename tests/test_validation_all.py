@@ -10,10 +10,30 @@ from snlab import charts, validation
 TABLE = validation.table()
 
 
-@pytest.mark.parametrize("row", TABLE[TABLE.kind == "memory"].to_dict("records"),
-                         ids=list(TABLE[TABLE.kind == "memory"]["id"]))
+def _checked(row):
+    """A row that says why the model misses it is expected outside its tolerance
+    (strictly: if it comes within, its reason must go)."""
+    if row["outside"]:
+        return pytest.param(row, marks=pytest.mark.xfail(reason=row["outside"], strict=True), id=row["id"])
+    return pytest.param(row, id=row["id"])
+
+
+@pytest.mark.parametrize("row", [_checked(r) for r in TABLE[TABLE.kind == "memory"].fillna({"outside": ""})
+                                 .to_dict("records")])
 def test_memory_figures_within_tolerance(row):
-    assert abs(row["error"]) <= row["tolerance"], row
+    assert abs(row["error"]) <= row["tolerance"], (
+        f"{row['id']} ({row['where']}): predicted {row['predicted']:.4g} vs measured {row['measured']:.4g}: "
+        f"{row['error']:+.1%}, outside the memory regime's {row['tolerance']:.0%}")
+
+
+def test_one_tolerance_per_kind_of_run():
+    """Every row of a kind of run (and of a regime within it) is held to one tolerance."""
+    for _, part in TABLE.groupby(["kind", "regime"]):
+        assert part["tolerance"].nunique() == 1
+    memory = TABLE[TABLE.kind == "memory"]
+    assert set(memory["tolerance"]) == {0.10}
+    measured = memory[memory["id"].str.contains("peak")]
+    assert len(measured) >= 6 and measured["within"].sum() >= 2
 
 
 def test_every_run_has_a_known_source():

@@ -13,6 +13,8 @@ def run(args) -> int:
     from .. import claims, validation
     if args.part in ("all", "accuracy"):
         print(validation.summary_markdown())
+        print()
+        print(validation.fits_markdown())
     if args.part == "all":
         print()
     if args.part in ("all", "claims"):

@@ -8,7 +8,8 @@ from .common import integer_flag, number
 
 PLAN_KEYS = ["micro_batch", "global_batch", "zero", "recompute", "sequence_parallel", "interleave", "overlap",
              "offload", "grad_dtype", "seq_len", "flash_attention", "first_stage_layers", "last_stage_layers",
-             "ep_dispatcher", "capacity_factor", "expert_imbalance", "chunk_overhead_s"]
+             "ep_dispatcher", "capacity_factor", "expert_imbalance", "chunk_overhead_s", "fp8_activations",
+             "expert_tp", "optimizer_bytes", "logit_bytes"]
 
 
 def add(p, *, degrees: bool = True) -> None:
@@ -24,7 +25,18 @@ def add(p, *, degrees: bool = True) -> None:
     p.add_argument("--global-batch", type=integer_flag("global_batch", high=MAX_GLOBAL_BATCH), required=True,
                    help="sequences per step")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=None, help="ZeRO stage (default 1)")
-    p.add_argument("--recompute", choices=list(pl.RECOMPUTE), default=None)
+    p.add_argument("--recompute", default=None, metavar="WHAT",
+                   help="none, selective, full, or modules to recompute, comma-separated ("
+                        + ", ".join(pl.RECOMPUTE_MODULES) + ")")
+    p.add_argument("--fp8-activations", choices=list(pl.FP8_ACTIVATIONS), default=None,
+                   help="activations kept in FP8: none, linear (the default with --precision fp8), all")
+    p.add_argument("--expert-tp", type=integer_flag("expert_tp", high=MAX_DEGREE), default=None,
+                   help="tensor-parallel degree of the routed experts (default: --tp)")
+    p.add_argument("--optimizer-bytes", default=None, metavar="B",
+                   help="optimizer bytes per parameter (default 12: Adam with an fp32 master; 6 for bf16 moments "
+                        "and a 16-bit master remainder)")
+    p.add_argument("--logit-bytes", default=None, metavar="B",
+                   help="bytes per output logit the loss keeps (default 4: fused; 10: an unfused fp32 loss)")
     p.add_argument("--sequence-parallel", action="store_true", default=None)
     p.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
     p.add_argument("--interleave", type=integer_flag("interleave", high=MAX_DEGREE), default=None,
@@ -63,6 +75,11 @@ def plan(args, *, degrees: bool = True) -> dict:
     if "expert_imbalance" in out:
         out["expert_imbalance"] = number("expert_imbalance", out["expert_imbalance"], 1.0, 64.0,
                                          pl.ALLOWED["expert_imbalance"])
+    if "recompute" in out:
+        pl.recompute_code(out["recompute"])          # a one-line error for an unknown module
+    for key in ("optimizer_bytes", "logit_bytes"):
+        if key in out:
+            out[key] = number(key, out[key], 0.0, 64.0 if key == "optimizer_bytes" else 32.0, pl.ALLOWED[key])
     if "chunk_overhead_s" in out:
         out["chunk_overhead_s"] = number("chunk_overhead_s", out["chunk_overhead_s"], 0.0, 0.1,
                                          pl.ALLOWED["chunk_overhead_s"])

@@ -5,7 +5,7 @@ and ``search`` (:mod:`.planner`) and their result (:mod:`.result`). The planners
 from importlib import import_module
 
 _LAZY = {"train": "planner", "sweep": "planner", "search": "planner", "TrainResult": "result", "Plan": "plan",
-         "stage_table": "stages"}
+         "stage_table": "stages", "stage_memory": "planner"}
 
 __all__ = list(_LAZY)
 

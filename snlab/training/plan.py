@@ -18,8 +18,25 @@ from ..grid import finite, first_broken, rounded, show
 from . import stages
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
+#: what selective recomputation may recompute, as Megatron-Core's recompute_modules names
+#: them (megatron/core/transformer/transformer_config.py): the attention scores
+#: (core_attn, "selective" alone), the norms' outputs, latent attention's up-projections
+#: and rotary embedding, the routed experts' activation, the dense MLP, the shared
+#: experts, the whole MoE block. Each module's stored tensors are dropped and rebuilt in
+#: the backward pass (snlab.walls.memory.recomputed_activation_memory).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts", "moe")
+#: codes of every recomputation choice: none, selective (core_attn), full, then each set of
+#: modules by its bit mask (code 3 + mask), named by its modules in the order above
+RECOMPUTE_NAMES = (["none", "selective", "full"]
+                   + [",".join(m for i, m in enumerate(RECOMPUTE_MODULES) if mask >> i & 1) or "no modules"
+                      for mask in range(2 ** len(RECOMPUTE_MODULES))])
 OFFLOAD = {"none": 0, "optimizer": 1, "activations": 2, "both": 3}
 GRAD_DTYPE_BYTES = {"bf16": 2, "fp32": 4}
+#: which activations FP8 training keeps in FP8 for the backward pass: none; the linear
+#: layers' inputs (Transformer Engine's default in FP8 training); those and the MLP
+#: activation function's input (Megatron-Core's activation_func_fp8_input_store; DeepSeek-V3
+#: report Sec. 3.3.3 caches its MoE SwiGLU inputs in FP8)
+FP8_ACTIVATIONS = {"none": 0, "linear": 1, "all": 2}
 #: how expert-parallel all-to-alls move tokens: Megatron-Core's "alltoall" dispatcher
 #: sends every (token, expert) copy in 16 bits; "deepep" (DeepEP's normal kernels, the
 #: "flex" dispatcher Megatron-Core uses for DeepSeek-V3 and fine-grained MoE) sends a
@@ -53,7 +70,8 @@ DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, 
                 recompute="selective", sequence_parallel=None, interleave=1, overlap="standard",
                 offload="none", grad_dtype="bf16", seq_len=None, flash_attention=True, optimizer_bytes=12,
                 first_stage_layers=0, last_stage_layers=0, ep_dispatcher="deepep", capacity_factor=0,
-                expert_imbalance=None, chunk_overhead_s=0.78e-3)
+                expert_imbalance=None, chunk_overhead_s=0.78e-3, fp8_activations=None, expert_tp=None,
+                logit_bytes=4)
 #: first/last_stage_layers 0: the automatic split (snlab.training.stages); ep_dispatcher
 #: "deepep": what DeepSeek-V3 trains with and Megatron-Core's MoE recipes for fine-grained
 #: experts use; capacity_factor 0: no token dropping (Megatron-Core's default, None);
@@ -63,15 +81,32 @@ DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, 
 #: sends (Qi et al. 2024, Zero Bubble Pipeline Parallelism: measured throughput, Table 4,
 #: against the bubble rates computed from profiled pass and send times, Tables 5 and 9;
 #: 12 configurations, 0.61-1.20 ms, about 1.5-3 times the profiled send)
+#: logit_bytes 4: the loss keeps the output logits in fp32, as Megatron-Core's fused
+#: vocabulary-parallel cross-entropy does (Korthikanti et al. 2022 Sec. 4.3); an unfused loss
+#: that upcasts the bf16 logits keeps 10 (torchtitan's cross_entropy(pred.float()): the bf16
+#: logits, their fp32 copy and the fp32 softmax for the backward pass)
+#: expert_tp None: the routed experts split as the dense layers are (Megatron-Core's default,
+#: expert_tensor_parallel_size = tp); 1 keeps each expert whole and lets the expert group
+#: span the tensor-parallel ranks, as DeepSeek-V3 and Moonlight's recipes run
+#: fp8_activations None: "linear" in FP8 training, as Transformer Engine runs it (each linear
+#: layer saves its quantised input: transformer_engine/pytorch/module/linear.py; NeMo's FP8
+#: recipes), "none" in 16-bit training
 #: grad_dtype "bf16": Megatron-Core reduces and keeps gradients in bf16 unless told otherwise
 #: (DistributedDataParallelConfig.grad_reduce_in_fp32 = False; NeMo's performance recipes);
 #: the Megatron-LM runs of 2021-2022 kept fp32 gradients and say so in their plans
 ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                pp="a whole number from 1 to the number of layers",
-               dp="a whole number >= 1", ep="a whole number >= 1 dividing dp x cp and the experts",
+               dp="a whole number >= 1",
+               ep="a whole number >= 1 dividing the experts, with ep x expert_tp dividing tp x dp x cp",
+               expert_tp="0 (as tp) or a whole number >= 1 dividing tp",
+               logit_bytes="bytes per output logit the loss keeps, from 0 to 32 (4: fused fp32; 10: unfused)",
                cp="a whole number >= 1 dividing the sequence length",
                micro_batch="a whole number >= 1", global_batch="a multiple of micro_batch x dp",
-               zero="0, 1, 2 or 3", recompute="none, selective, full",
+               zero="0, 1, 2 or 3",
+               recompute="none, selective, full, or modules to recompute, comma-separated: "
+                         + ", ".join(RECOMPUTE_MODULES),
+               fp8_activations="none, linear (the linear layers' inputs kept in FP8 for the backward pass, the "
+                               "default with precision fp8) or all (also the MLP activation's input)",
                sequence_parallel="true or false", interleave="a whole number >= 1",
                overlap="none, gradients, standard, all, or class=level pairs (dp, zero, tp, pp, ep, cp, offload) in [0, 1]",
                offload="none, optimizer, activations, both", precision="a precision the device supports",
@@ -87,7 +122,8 @@ ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
 @dataclass(frozen=True)
 class Plan:
     """A grid of training plans: each field a number or an array (an axis of an open
-    grid). Choices are codes: ``recompute`` 0 none, 1 selective, 2 full; ``offload`` 0
+    grid). Choices are codes: ``recompute`` 0 none, 1 selective, 2 full, 3 + a bit mask
+    of :data:`RECOMPUTE_MODULES` (:func:`recompute_code`); ``offload`` 0
     none, 1 optimizer, 2 activations, 3 both; flags 0 or 1; ``overlap_<class>`` the
     fraction of that class of communication hidden behind compute [0, 1]."""
 
@@ -113,6 +149,9 @@ class Plan:
     capacity_factor: np.ndarray
     expert_imbalance: np.ndarray
     chunk_overhead_s: np.ndarray
+    fp8_activations: np.ndarray
+    expert_tp: np.ndarray
+    logit_bytes: np.ndarray
     overlap_dp: np.ndarray
     overlap_zero: np.ndarray
     overlap_tp: np.ndarray
@@ -128,6 +167,12 @@ class Plan:
     @property
     def devices(self):
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def etp(self):
+        """Tensor-parallel degree of the routed experts (``expert_tp``; 0: as ``tp``)."""
+        return np.where(self.expert_tp > 0, self.expert_tp, self.tp) if np.ndim(self.expert_tp) or np.ndim(
+            self.tp) else (self.expert_tp if self.expert_tp > 0 else self.tp)
 
     @property
     def micro_batches(self):
@@ -161,6 +206,45 @@ def overlap_levels(spec) -> dict[str, float]:
     return {k: float(v) for k, v in levels.items()}
 
 
+def recompute_code(value) -> int:
+    """The code of a recomputation choice: ``"none"``, ``"selective"``, ``"full"``, or
+    modules as Megatron-Core names them (``"mla_up_proj,moe_act"`` or a list); a set
+    of modules equal to a named choice takes that choice's code."""
+    if isinstance(value, str) and value in RECOMPUTE:
+        return RECOMPUTE[value]
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        if finite(value) and value == int(value) and 0 <= value < len(RECOMPUTE_NAMES) and value != 3:
+            return int(value)
+        raise SnlabError("recompute", f"got {show(value)}", ALLOWED["recompute"])
+    parts = value if isinstance(value, (list, tuple)) else value.split(",") if isinstance(value, str) else None
+    if parts is None:
+        raise SnlabError("recompute", f"got {show(value)}", ALLOWED["recompute"])
+    mask = 0
+    for part in parts:
+        name = str(part).strip()
+        if name not in RECOMPUTE_MODULES:
+            raise SnlabError("recompute", f"unknown module {name!r}", ALLOWED["recompute"])
+        mask |= 1 << RECOMPUTE_MODULES.index(name)
+    if mask == 0:
+        return RECOMPUTE["none"]
+    if mask == 1:
+        return RECOMPUTE["selective"]
+    return 3 + mask
+
+
+def recompute_mode(code):
+    """0 none, 1 selective (any modules), 2 full, of a recomputation code."""
+    return np.where(code >= 3, 1.0, code) if np.ndim(code) else (1.0 if code >= 3 else code)
+
+
+def recompute_mask(code):
+    """The modules a recomputation code recomputes, as a bit mask of
+    :data:`RECOMPUTE_MODULES` (selective alone: the attention scores)."""
+    if np.ndim(code):
+        return np.where(code >= 3, code - 3, np.where(code == 1, 1.0, 0.0))
+    return code - 3 if code >= 3 else (1.0 if code == 1 else 0.0)
+
+
 @dataclass(frozen=True)
 class Rule:
     """A rule a plan must satisfy; ``message`` names the fields it concerns."""
@@ -178,12 +262,14 @@ RULES = (
     Rule("interleave", "interleaving (interleave > 1) needs pp > 1 and micro-batches per step (global_batch / "
                        "(micro_batch x dp)) a multiple of pp, as Megatron-Core's interleaved schedule runs them "
                        "in groups of pp"),
-    Rule("interleave", "every model chunk needs a layer (the last stage's may be its output layer): "
-                       "pp x interleave at most about the number of layers"),
+    Rule("interleave", "every model chunk needs a layer, but the first stage's first chunk may hold only the "
+                       "embedding and the last stage's last only the output layer: pp x interleave at most "
+                       "about the number of layers + 2"),
     Rule("first_stage_layers", "first_stage_layers and last_stage_layers need pp > 1, at least interleave layers "
                                "each, and must leave at least interleave layers to every other stage"),
     Rule("cp", "context-parallel degree cp must divide the sequence length"),
-    Rule("ep", "expert-parallel degree ep must divide dp x cp and the number of experts (1 for dense models)"),
+    Rule("ep", "expert-parallel degree ep must divide the number of experts (1 for dense models), and ep x "
+               "expert_tp must divide tp x dp x cp, expert_tp dividing tp"),
     Rule("global_batch", "global batch must be a multiple of micro_batch x dp"),
     Rule("zero", "ZeRO stage 3 cannot be combined with pipeline parallelism (pp > 1)"),
     Rule("devices", "tp x pp x dp x cp must equal the number of devices"),
@@ -194,12 +280,14 @@ RULES = (
 def violations(model, plan: Plan, devices=None) -> np.ndarray:
     """Index into :data:`RULES` of the first rule each row breaks, or -1."""
     # whole numbers are compared as integers: exact, and faster than float modulo
-    names = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "interleave", "seq_len")
+    names = ("tp", "pp", "dp", "ep", "cp", "expert_tp", "micro_batch", "global_batch", "interleave", "seq_len")
     ints = {k: rounded(getattr(plan, k)) for k in names}
     whole = True
     for k in names[:-1]:
         whole = whole & (ints[k] == getattr(plan, k))
     t, p, d, e, c = ints["tp"], ints["pp"], ints["dp"], ints["ep"], ints["cp"]
+    et = np.where(ints["expert_tp"] == 0, t, ints["expert_tp"]) if np.ndim(t) or np.ndim(ints["expert_tp"]) \
+        else (t if ints["expert_tp"] == 0 else ints["expert_tp"])
     b, B, v, s = ints["micro_batch"], ints["global_batch"], ints["interleave"], ints["seq_len"]
     experts = model.moe.experts if model.moe else 1
     first, last = plan.first_stage_layers, plan.last_stage_layers
@@ -215,7 +303,8 @@ def violations(model, plan: Plan, devices=None) -> np.ndarray:
         ends_unset & split_broken,
         ~ends_unset & split_broken,
         (c < 1) | (s % np.maximum(c, 1) != 0),
-        (e < 1) | ((d * c) % np.maximum(e, 1) != 0) | (experts % np.maximum(e, 1) != 0),
+        (e < 1) | ((t * d * c) % np.maximum(e * et, 1) != 0) | (experts % np.maximum(e, 1) != 0)
+        | (et < 1) | (t % np.maximum(et, 1) != 0) | ((experts == 1) & (et != t)),
         (B % np.maximum(b * d, 1) != 0) | (B < b * d),
         (plan.zero_stage == 3) & (p > 1),
         (t * p * d * c != devices) if devices is not None else np.False_,

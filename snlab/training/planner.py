@@ -22,15 +22,17 @@ from ..sizing import model_sizes
 from ..specs import Model, System
 from . import plan as pl
 from .result import TrainResult
+from .step import stage_memory as step_memory
 from .step import step_columns
 
 PLAN_FIELDS = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "recompute",
                "sequence_parallel", "interleave", "overlap", "offload", "grad_dtype", "seq_len",
                "flash_attention", "optimizer_bytes", "first_stage_layers", "last_stage_layers",
-               "ep_dispatcher", "capacity_factor", "expert_imbalance", "chunk_overhead_s")
-NUMERIC = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "interleave",
+               "ep_dispatcher", "capacity_factor", "expert_imbalance", "chunk_overhead_s", "fp8_activations",
+               "expert_tp", "logit_bytes")
+NUMERIC = ("tp", "pp", "dp", "ep", "cp", "expert_tp", "micro_batch", "global_batch", "zero", "interleave",
            "seq_len", "optimizer_bytes", "first_stage_layers", "last_stage_layers", "capacity_factor",
-           "expert_imbalance", "chunk_overhead_s")
+           "expert_imbalance", "chunk_overhead_s", "logit_bytes")
 #: system fields a training sweep may vary, and where they live
 SYSTEM_FIELDS = (
     "scale_up_domain_size", "scale_up_bandwidth", "scale_up_latency", "scale_up_efficiency",
@@ -50,7 +52,7 @@ REASONS = ("ok",) + tuple(r.message for r in pl.RULES) + ("does not fit in devic
 MAX_DEGREE, MAX_GLOBAL_BATCH = 1e8, 1e12
 #: the longest sequence [tokens] and the most layers a pipeline stage may be given
 MAX_SEQ_LEN, MAX_STAGE_LAYERS = 1e9, 1e6
-DEGREES = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave")
+DEGREES = ("tp", "pp", "dp", "ep", "cp", "expert_tp", "micro_batch", "interleave")
 
 
 def _check_ranges(merged: dict) -> None:
@@ -78,7 +80,8 @@ def _check_ranges(merged: dict) -> None:
                      ("last_stage_layers", lambda v: float(v).is_integer() and 0 <= v <= MAX_STAGE_LAYERS),
                      ("capacity_factor", lambda v: v == 0 or 0.1 <= v <= 64),
                      ("expert_imbalance", lambda v: v is None or 1 <= v <= 64),
-                     ("chunk_overhead_s", lambda v: 0 <= v <= 0.1)):
+                     ("chunk_overhead_s", lambda v: 0 <= v <= 0.1),
+                     ("logit_bytes", lambda v: 0 <= v <= 32)):
         for v in grid.axis_values(name, merged[name]):
             if v is not None and (not grid.finite(v) or not ok(v)):
                 raise SnlabError(name, f"got {grid.show(v)}", pl.ALLOWED[name])
@@ -92,8 +95,11 @@ def _plan_axes(model: Model, merged: dict, axes: dict) -> tuple[dict, dict]:
         values = grid.axis_values(name, merged[name])
         if name in NUMERIC:
             columns[name] = grid.numbers(name, values, pl.ALLOWED[name])
-        elif name in ("recompute", "offload", "ep_dispatcher"):
-            table = {"recompute": pl.RECOMPUTE, "offload": pl.OFFLOAD, "ep_dispatcher": pl.EP_DISPATCHERS}[name]
+        elif name == "recompute":
+            columns[name] = np.asarray([pl.recompute_code(v) for v in values], dtype=float)
+            labels[name] = list(values)
+        elif name in ("offload", "ep_dispatcher"):
+            table = {"offload": pl.OFFLOAD, "ep_dispatcher": pl.EP_DISPATCHERS}[name]
             columns[name] = grid.coded(name, values, table, pl.ALLOWED[name])
             labels[name] = list(values)
         elif name == "grad_dtype":
@@ -101,6 +107,10 @@ def _plan_axes(model: Model, merged: dict, axes: dict) -> tuple[dict, dict]:
                                                pl.ALLOWED[name])
         elif name == "flash_attention":
             columns[name] = grid.flags(name, values)
+        elif name == "fp8_activations":
+            columns[name] = grid.coded(name, [int(v) if isinstance(v, (bool, np.bool_)) else v for v in values],
+                                       pl.FP8_ACTIVATIONS, pl.ALLOWED[name])
+            labels[name] = list(values)
         elif name == "sequence_parallel":
             columns[name] = np.asarray([-1.0 if v is None else grid.flags(name, [v])[0] for v in values])
         elif name == "overlap":
@@ -126,6 +136,10 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
         raise SnlabError("global_batch", "missing", "a multiple of micro_batch x dp (sequences per step)")
     if merged["seq_len"] is None:
         merged["seq_len"] = model.seq_len
+    if merged["expert_tp"] is None:
+        merged["expert_tp"] = 0          # as tp, row by row
+    if merged["fp8_activations"] is None:
+        merged["fp8_activations"] = "linear" if precision == "fp8" else "none"
     if merged["expert_imbalance"] is None:
         merged["expert_imbalance"] = model.moe.load_imbalance if model.moe else 1.0
     columns, labels = _plan_axes(model, merged, axes)
@@ -176,7 +190,30 @@ def plan_of(g: dict) -> pl.Plan:
                    optimizer_bytes=g["optimizer_bytes"], first_stage_layers=g["first_stage_layers"],
                    last_stage_layers=g["last_stage_layers"], ep_dispatcher=g["ep_dispatcher"],
                    capacity_factor=g["capacity_factor"], expert_imbalance=g["expert_imbalance"],
-                   chunk_overhead_s=g["chunk_overhead_s"], **{f: g[f] for f in OVERLAP_FIELDS})
+                   chunk_overhead_s=g["chunk_overhead_s"], fp8_activations=g["fp8_activations"],
+                   expert_tp=g["expert_tp"], logit_bytes=g["logit_bytes"],
+                   **{f: g[f] for f in OVERLAP_FIELDS})
+
+
+def stage_memory(model: PresetLike, system: PresetLike, precision: str = "bf16", **plan):
+    """Memory per device of each pipeline stage of one plan, before offload: a pandas
+    DataFrame, one row per stage, with its transformer layers, the micro-batches it holds
+    in flight and its bytes of weights, gradients, optimizer state, activations and
+    buffers (:func:`snlab.training.step.stage_memory`). ``train`` reports the largest."""
+    import pandas as pd
+    m, s = _resolve(model, system)
+    g, hw, _ = _grid(m, s, plan, precision)
+    if any(np.ndim(v) for v in g.values()):
+        raise SnlabError("plan", "a list", "one plan (lists are for snlab.sweep)")
+    p = plan_of(g)
+    broken = int(pl.violations(m, p))
+    if broken >= 0:
+        rule = pl.RULES[broken]
+        raise SnlabError(rule.field, "broken rule", rule.message)
+    rows = step_memory(model_sizes(m), p, hw)
+    frame = pd.DataFrame(rows).rename(columns={k: f"{k}_bytes" for k in ("weights", "grads", "optimizer",
+                                                                         "activations", "buffers", "total")})
+    return frame
 
 
 def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", devices=None):
@@ -269,9 +306,10 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
             "precision": pd.Categorical.from_codes(zeros, [precision])}
     for name in ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "interleave", "seq_len"):
         data[name] = g[name].astype(np.int64)
-    data["recompute"] = pd.Categorical.from_codes(g["recompute"].astype(int), list(pl.RECOMPUTE))
+    data["recompute"] = pd.Categorical.from_codes(g["recompute"].astype(int), pl.RECOMPUTE_NAMES)
     data["sequence_parallel"] = g["sequence_parallel"] > 0
     data["offload"] = pd.Categorical.from_codes(g["offload"].astype(int), list(pl.OFFLOAD))
+    data["fp8_activations"] = pd.Categorical.from_codes(g["fp8_activations"].astype(int), list(pl.FP8_ACTIVATIONS))
     data["overlap"] = pd.Categorical.from_codes(g["overlap"].astype(int), labels["overlap"]) \
         if len(set(labels["overlap"])) == len(labels["overlap"]) else g["overlap"].astype(int)
     for name in OVERLAP_FIELDS:
@@ -302,6 +340,10 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     data["step_time_s_low"], data["step_time_s_high"] = uncertainty.columns(band, data["step_time_s"], "time")
     data["mfu_low"], data["mfu_high"] = uncertainty.columns(band, data["mfu"])
     data["band_runs"] = np.full(n, band.runs)
+    # inside what the family's published runs cover (uncertainty.validated)
+    data["validated"] = valid & uncertainty.validated(system.device.family, {
+        **{k: np.broadcast_to(g[k], (n,)) for k in ("tp", "pp", "cp", "ep", "interleave", "dp", "zero")},
+        "recompute": np.asarray(pl.RECOMPUTE_NAMES)[np.broadcast_to(g["recompute"], (n,)).astype(int)]}, precision)
     wall = np.stack([out["wall_compute_s"], out["wall_communication_s"], out["wall_memory_s"]])
     limited = np.argmax(np.broadcast_to(wall, (3, n)), axis=0)
     limited = np.where(data["fits"], limited, 2)
@@ -388,13 +430,20 @@ MAX_DEVICES, MAX_TOP = 100_000_000, 1_000_000
 
 
 def search(model, system, *, devices: int, global_batch: int, precision: str = "bf16", top: int = 10,
-           **fixed):
+           validated_only: bool = False, **fixed):
     """The fastest plans that fit, over every parallelism, micro-batch, recomputation,
     ZeRO stage, sequence parallelism and interleaving choice.
 
-    Returns a DataFrame of the ``top`` plans, fastest first (empty if none fits).
-    Keywords fix axes (``tp=8``, ``recompute="full"``, ``overlap="all"``).
+    Returns a DataFrame of the ``top`` distinct plans, fastest first (empty if none fits):
+    of plans whose step and memory are the same, only the one asking for less. Each row
+    carries its error band (``step_time_s_low`` / ``_high``, ``mfu_low`` / ``_high``) and
+    ``validated``: whether it lies inside what the family's published runs cover;
+    ``validated_only=True`` keeps those alone. Keywords fix axes (``tp=8``,
+    ``recompute="full"``, ``overlap="all"``).
     """
+    import pandas as pd
+    if not isinstance(validated_only, (bool, np.bool_)):
+        raise SnlabError("validated_only", f"got {validated_only!r}", "true or false")
     m, s = _resolve(model, system)
     devices, global_batch, top = (grid.whole_number(name, value, 1, top_value) for name, value, top_value in (
         ("devices", devices, MAX_DEVICES), ("global_batch", global_batch, MAX_GLOBAL_BATCH), ("top", top, MAX_TOP)))
@@ -415,12 +464,21 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
         out = step_columns(model_sizes(m), plan_of(g), hw)
     grid.check_finite_rows(out, np.ones(g["tp"].shape, dtype=bool), g)
     frame = _frame(m, s, precision, g, labels, broken[keep], out)
-    frame = frame[frame["fits"]].drop_duplicates(
-        subset=["tp", "pp", "dp", "ep", "cp", "micro_batch", "zero", "recompute", "sequence_parallel", "interleave"])
+    frame = frame[frame["fits"]]
+    if validated_only:
+        frame = frame[frame["validated"]]
     # fastest first; among plans of equal time, the one asking for less (recomputation,
     # ZeRO stage, micro-batch, interleaving, tensor and pipeline degrees) comes first
     order = np.lexsort([frame[c].to_numpy() for c in ("pp", "tp", "interleave", "micro_batch", "zero")]
                        + [frame["recompute"].cat.codes.to_numpy(), frame["step_time_s"].to_numpy()])
-    result = frame.iloc[order].head(int(top)).reset_index(drop=True)
+    frame = frame.iloc[order]
+    # distinct plans only: a setting that changes neither the step nor the memory (selective
+    # recomputation under FlashAttention, which keeps no scores to drop) leaves the plan
+    # that asks for less
+    outcome = frame[["step_time_s", "memory_total_bytes"]].round({"step_time_s": 12, "memory_total_bytes": 0})
+    same = pd.concat([frame[["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "zero", "sequence_parallel"]],
+                      outcome], axis=1).duplicated()
+    result = frame[~same.to_numpy()].head(int(top)).reset_index(drop=True)
     result.attrs["evaluated"] = int(keep.sum())
+    result.attrs["distinct"] = int((~same).sum())
     return result

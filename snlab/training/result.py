@@ -54,6 +54,7 @@ class TrainResult(Result):
     tokens_per_s_low: float | None = None
     tokens_per_s_high: float | None = None
     band_runs: int = 0
+    validated: bool = False
     band: str = ""
 
     @classmethod
@@ -61,7 +62,7 @@ class TrainResult(Result):
         plan = {
             "tp": int(g["tp"]), "pp": int(g["pp"]), "dp": int(g["dp"]), "ep": int(g["ep"]), "cp": int(g["cp"]),
             "micro_batch": int(g["micro_batch"]), "global_batch": int(g["global_batch"]),
-            "zero": int(g["zero"]), "recompute": list(pl.RECOMPUTE)[int(g["recompute"])],
+            "zero": int(g["zero"]), "recompute": pl.RECOMPUTE_NAMES[int(g["recompute"])],
             "sequence_parallel": bool(g["sequence_parallel"]), "interleave": int(g["interleave"]),
             "offload": list(pl.OFFLOAD)[int(g["offload"])], "seq_len": int(g["seq_len"]),
             "grad_bytes": int(g["grad_bytes"]), "flash_attention": bool(g["flash_attention"]),
@@ -69,6 +70,8 @@ class TrainResult(Result):
             "first_stage_layers": int(g["first_stage_layers"]), "last_stage_layers": int(g["last_stage_layers"]),
             "ep_dispatcher": list(pl.EP_DISPATCHERS)[int(g["ep_dispatcher"])],
             "capacity_factor": float(g["capacity_factor"]), "expert_imbalance": float(g["expert_imbalance"]),
+            "fp8_activations": list(pl.FP8_ACTIVATIONS)[int(g["fp8_activations"])],
+            "expert_tp": int(g["expert_tp"]) or int(g["tp"]), "logit_bytes": float(g["logit_bytes"]),
         }
         time_s = {p: float(row[f"time_{p}_s"]) for p in TIME_PARTS}
         time_s["exposed"] = {p: float(row[f"exposed_{p}_s"]) for p in EXPOSED}
@@ -85,7 +88,13 @@ class TrainResult(Result):
         bands = dict(zip(("step_time_s_low", "step_time_s_high"), band.time(step)))
         bands.update(zip(("mfu_low", "mfu_high"), band.speed(mfu)))
         bands.update(zip(("tokens_per_s_low", "tokens_per_s_high"), band.speed(tps)))
-        return cls(**bands, band_runs=band.runs, band=band.describe(),
+        covered = bool(uncertainty.validated(system.device.family, {
+            "tp": [plan["tp"]], "pp": [plan["pp"]], "cp": [plan["cp"]], "ep": [plan["ep"]],
+            "interleave": [plan["interleave"]], "dp": [plan["dp"]], "zero": [plan["zero"]],
+            "recompute": [plan["recompute"]]}, precision)[0])
+        return cls(**bands, band_runs=band.runs, band=band.describe() + ("" if covered or not band.runs else
+                   "; this plan lies outside what they cover (a degree, ZeRO stage, recomputation or precision "
+                   "no published run of this family used)"), validated=covered,
                    model=model.name, system=system.name, precision=precision, plan=plan,
                    devices=int(row["devices"]), step_time_s=float(row["step_time_s"]), mfu=float(row["mfu"]),
                    hfu=float(row["hfu"]), model_tflops_per_device=float(row["model_tflops_per_device"]),

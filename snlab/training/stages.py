@@ -50,6 +50,7 @@ class Split:
     last: np.ndarray
     fewest_units: np.ndarray
     fewest_middle: np.ndarray
+    last_units: np.ndarray = 0
 
 
 def tail_units(vocab_size, hidden_size, layers, matmul_params, mtp_matmul_params=0.0):
@@ -97,18 +98,27 @@ def _split(layers, pp, first, last, tail) -> Split:
                  last=where(one, layers, last_units - where(l_set, 0, tail)),
                  fewest_units=where(one, layers + 1, np.minimum(np.minimum(first_units, last_units),
                                                                     fewest_middle)),
-                 fewest_middle=fewest_middle)
+                 fewest_middle=fewest_middle, last_units=where(one, layers + 1, last_units))
 
 
 def broken(layers, pp, interleave, first=0, last=0, tail=0):
     """True where a plan's split leaves a model chunk empty, a stage with fewer than no
-    layers, or fixes an end stage without a pipeline or beyond the layers there are."""
+    layers, or fixes an end stage without a pipeline or beyond the layers there are. The
+    first stage's first chunk may hold the embedding alone and the last stage's last
+    chunk the output layer and loss alone, as Megatron-Core lays them out with
+    ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``
+    (Llama 3.1 405B on 16 stages of 8 chunks: 126 layers in 128 chunks)."""
     pp, interleave, first, last = (_int(x) for x in (pp, interleave, first, last))
     s = split(layers, pp, first, last, tail)
     ends = (first > 0) | (last > 0)
     both = (first > 0) & (last > 0)
-    # fixing more layers than there are leaves a stage fewer than none: fewest_units < 0
-    return ((s.fewest_units < interleave) | (s.last < 0) | (ends & (pp < 2)) | (first < 0) | (last < 0)
+    # the accounting is Megatron-Core's automatic split only, with a pipeline; there the first
+    # stage never holds fewer units than the last, so the last's are the ones to check
+    relaxed = (pp > 1) & ~ends
+    end_short = where(relaxed, s.last_units < interleave - 1, s.fewest_units < interleave)
+    middle_short = (pp > 2) & (s.fewest_middle < interleave)
+    # fixing more layers than there are leaves a stage fewer than none: s.last < 0
+    return (end_short | middle_short | (s.last < 0) | (ends & (pp < 2)) | (first < 0) | (last < 0)
             | (both & (pp == 2) & (first + last != layers)))
 
 

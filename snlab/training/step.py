@@ -39,6 +39,7 @@ from ..walls import communication as cm
 from ..walls import compute as cw
 from ..walls import memory as mw
 from . import stages
+from . import plan as pl
 from .plan import Plan
 
 #: the classes of communication, in the order the outputs list them
@@ -82,13 +83,19 @@ def layout(sizes: ModelSizes, plan: Plan) -> Layout:
 @dataclass(frozen=True)
 class Activations:
     """Activation bytes one layer keeps for one micro-batch [bytes]: everything (scores
-    included), without the scores (selective), the layer input only (full), and what a
-    layer really keeps without recomputation (FlashAttention never stores the scores)."""
+    included), without the scores (selective), the layer input only (full), what a layer
+    keeps without recomputation (FlashAttention never stores the scores), and what it
+    keeps under the plan's recomputation and storage precision (``stored``), of which
+    ``rebuilt`` is what recomputation rebuilds in the backward pass (the scores, when
+    they are recomputed, and ``modules``: what the recomputed modules drop)."""
 
     everything: np.ndarray
     selective: np.ndarray
     full: np.ndarray
     kept: np.ndarray
+    stored: np.ndarray
+    rebuilt: np.ndarray
+    modules: np.ndarray
 
 
 def activation_inputs(sizes: ModelSizes, plan: Plan) -> dict:
@@ -97,15 +104,50 @@ def activation_inputs(sizes: ModelSizes, plan: Plan) -> dict:
                 tp=plan.tp, sequence_parallel=plan.sequence_parallel, activation_bytes=ACTIVATION_BYTES)
 
 
+def module_bits(plan: Plan) -> dict:
+    """Each recomputable module (:data:`~snlab.training.plan.RECOMPUTE_MODULES`): 1 where
+    the plan recomputes it, else 0."""
+    mask = pl.recompute_mask(plan.recompute)
+    return {m: np.floor(mask / 2 ** i) % 2 for i, m in enumerate(pl.RECOMPUTE_MODULES)}
+
+
 def activations(sizes: ModelSizes, plan: Plan) -> Activations:
-    """Korthikanti et al. 2022 Table 2, one branch per recomputation choice."""
+    """Korthikanti et al. 2022 Table 2, one branch per recomputation choice, then what
+    selective recomputation by module drops and what FP8 storage saves
+    (:data:`~snlab.walls.memory.recomputed_activation_memory`,
+    :data:`~snlab.walls.memory.fp8_activation_saving`)."""
     inputs = activation_inputs(sizes, plan)
     per_layer = mw.activation_memory_per_layer
     everything = per_layer.partial(recompute=0).evaluate(inputs)
     selective = per_layer.partial(recompute=1).evaluate(inputs)
     full = per_layer.partial(recompute=2).evaluate(inputs)
-    return Activations(everything=everything, selective=selective, full=full,
-                       kept=where(plan.flash_attention > 0, selective, everything))
+    flash = plan.flash_attention > 0
+    kept = where(flash, selective, everything)
+    mode, bit = pl.recompute_mode(plan.recompute), module_bits(plan)
+    moe = bit["moe"]
+    routed = sizes.routed_copies * sizes.hidden_size
+    removed_split = (bit["mla_up_proj"] * sizes.mla_up_width + bit["mlp"] * sizes.dense_mlp_width
+                     + where(moe > 0, sizes.routed_mlp_width + sizes.shared_mlp_width + routed,
+                             bit["moe_act"] * sizes.routed_act_width + bit["shared_experts"] * sizes.shared_mlp_width))
+    shape = dict(seq_len=inputs["seq_len"], micro_batch=plan.micro_batch, tp=plan.tp,
+                 sequence_parallel=plan.sequence_parallel, activation_bytes=ACTIVATION_BYTES)
+    removed = mw.recomputed_activation_memory(recomputed_replicated_width=bit["layernorm"] * sizes.norm_output_width,
+                                              recomputed_split_width=removed_split, **shape)
+    modular = where((bit["core_attn"] > 0) | flash, selective, everything) - removed
+    # in FP8 the linear layers' inputs that are still kept are kept in FP8, and with "all"
+    # the MLP activation's inputs too (gate and up, or the GeLU input)
+    fp8 = plan.fp8_activations > 0
+    act_inputs = (sizes.mlp_matrices - 1) / sizes.mlp_matrices
+    split8 = ((1 - bit["mlp"]) * sizes.dense_down_width - sizes.attention_output_width
+              + (1 - moe) * ((1 - bit["moe_act"]) * sizes.routed_act_width
+                             + (1 - bit["shared_experts"]) * sizes.shared_down_width + routed)
+              + (plan.fp8_activations > 1) * act_inputs * ((1 - bit["mlp"]) * sizes.dense_mlp_width + (1 - moe) * (
+                  sizes.routed_mlp_width + (1 - bit["shared_experts"]) * sizes.shared_mlp_width)))
+    saved = mw.fp8_activation_saving(fp8_replicated_width=(1 - bit["layernorm"]) * 2 * sizes.hidden_size,
+                                     fp8_split_width=split8, **shape)
+    stored = where(mode == 2, full, where(mode == 1, modular, kept) - where(fp8, saved, 0.0))
+    return Activations(everything=everything, selective=selective, full=full, kept=kept, stored=stored,
+                       rebuilt=where(mode == 1, kept - modular, 0.0), modules=where(mode == 1, removed, 0.0))
 
 
 @dataclass(frozen=True)
@@ -141,9 +183,12 @@ def compute(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, act: Activ
                          element_bytes=ACTIVATION_BYTES, **roof)
     if sizes.experts:
         # tokens each local expert gets on the busiest device
-        per_expert = tok * sizes.experts_per_token * plan.ep / sizes.experts * expert_load(plan)
+        # tokens each local expert gets on the busiest device: its share of the tokens of
+        # the t / etp tensor-parallel ranks that hold whole experts together
+        etp = plan.etp
+        per_expert = tok * etp / t * sizes.experts_per_token * plan.ep / sizes.experts * expert_load(plan)
         experts = (sizes.experts / plan.ep) * cw.gemm_time(
-            gemm_m=per_expert, gemm_k=h, gemm_n=sizes.expert_params_one / (h * t),
+            gemm_m=per_expert, gemm_k=h, gemm_n=sizes.expert_params_one / (h * etp),
             element_bytes=ACTIVATION_BYTES, **roof) * sizes.moe_layers / sizes.layers    # average layer
     else:
         experts = 0.0
@@ -167,8 +212,18 @@ def compute(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, act: Activ
                                                                2 * (act.everything - act.selective)), **roof)
     # full: the layers' forward again; selective: the attention scores again; FlashAttention
     # recomputes the scores in its backward pass whatever the setting (Dao et al. 2022)
-    layer_recompute = where(plan.recompute == 2, layer_forward,
-                               where((plan.recompute == 1) | (plan.flash_attention > 0), attention + scores, 0.0))
+    # selective by module: the modules' matrix multiplies forward again, and every byte they
+    # rebuild written once more (the latent up-projections, the dense MLP, the shared
+    # experts, the routed experts)
+    mode, bit = pl.recompute_mode(plan.recompute), module_bits(plan)
+    dense_share = (bit["mlp"] * sizes.mlp_params_avg + where(bit["moe"] > 0, sizes.shared_params_avg,
+                                                              bit["shared_experts"] * sizes.shared_params_avg)
+                   + bit["mla_up_proj"] * sizes.mla_up_params) / sizes.dense_matmul_params
+    modules = (dense * dense_share + experts * bit["moe"]
+               + cw.roofline_time(flops=0.0, bytes_moved=act.modules, **roof))
+    layer_recompute = where(mode == 2, layer_forward,
+                            where((mode == 1) | (plan.flash_attention > 0), attention + scores, 0.0)
+                            + where(mode == 1, modules, 0.0))
     # each stage: its layers, the embedding (first: negligible), the output layer and any
     # MTP modules (last); the slowest sets the pipeline's pace
     single = plan.pp <= 1
@@ -214,10 +269,15 @@ def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
     down-projection in FP8, combine in BF16)."""
     if not sizes.experts:
         return np.zeros_like(lay.tokens)
-    calls = 2 + (plan.recompute == 2)               # dispatch + combine, forward, backward, recompute
-    tokens = lay.tokens / where(plan.sequence_parallel > 0, plan.tp, 1.0)
+    # dispatch + combine, forward, backward, and again when the MoE block is recomputed
+    calls = 2 + ((plan.recompute == 2) | (module_bits(plan)["moe"] > 0))
+    # each rank dispatches its share of the tokens when sequence parallelism splits them or
+    # the experts are split fewer ways than the dense layers; the expert group's ranks are
+    # expert_tp x cp apart
+    etp = plan.etp
+    tokens = lay.tokens / where((plan.sequence_parallel > 0) | (etp < plan.tp), plan.tp, 1.0)
     S = tokens * sizes.experts_per_token * sizes.hidden_size * ACTIVATION_BYTES
-    plain = 2 * net.all_to_all(S, plan.ep, plan.tp * plan.cp, hw)
+    plain = 2 * net.all_to_all(S, plan.ep, etp * plan.cp, hw)
     cap = None
     if sizes.expert_groups:
         # a token reaches at most groups_per_token groups of experts; a domain holds
@@ -227,7 +287,7 @@ def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
                                              sizes.groups_per_token))
     dispatch_bytes = where(hw.cast_bytes > 0, 1.0, ACTIVATION_BYTES)
     disp, comb = net.expert_calls(tokens, sizes.experts_per_token, sizes.hidden_size, plan.ep, dispatch_bytes, hw,
-                                  True, stride=plan.tp * plan.cp, domain_cap=cap)
+                                  True, stride=etp * plan.cp, domain_cap=cap)
     deep = disp + comb
     per_layer = where(plan.ep_dispatcher == 1, deep, plain) * expert_load(plan)
     moe_layers = sizes.moe_layers * lay.stage_share
@@ -276,16 +336,17 @@ class Parameters:
 
 
 def parameters(sizes: ModelSizes, plan: Plan, lay: Layout) -> Parameters:
-    """Dense weights are reduced over d x c ranks t apart; expert weights, already split
-    e ways, over the d x c / e replicas of each expert (ranks t x c x e apart), as in
-    Megatron-Core's expert-data-parallel group."""
+    """Dense weights are reduced over d x c ranks t apart; expert weights, split e ways
+    and over ``expert_tp`` ranks, over the t d c / (e etp) replicas of each expert (ranks
+    etp x c x e apart), as in Megatron-Core's expert-data-parallel group."""
     extra_output = (sizes.embedding_copies - 1) * sizes.vocab_size * sizes.hidden_size
     embeddings = where(plan.pp > 1, sizes.embedding_params, sizes.embedding_params + extra_output)
     dense = (sizes.layer_params * lay.stage_share + embeddings) / plan.tp
-    experts = sizes.expert_params * lay.stage_share / (plan.ep * plan.tp)
+    etp = plan.etp
+    experts = sizes.expert_params * lay.stage_share / (plan.ep * etp)
     groups = ((dense, plan.dp * plan.cp, plan.tp),)
     if sizes.experts:
-        groups += ((experts, plan.dp * plan.cp / plan.ep, plan.tp * plan.cp * plan.ep),)
+        groups += ((experts, plan.tp * plan.dp * plan.cp / (plan.ep * etp), etp * plan.cp * plan.ep),)
     return Parameters(dense=dense, experts=experts, groups=groups)
 
 
@@ -344,26 +405,32 @@ class Memory:
     per_layer: np.ndarray
 
 
-def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params: Parameters) -> Memory:
+def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params: Parameters,
+           weight_copy_bytes=0.0) -> Memory:
+    """``weight_copy_bytes``: bytes per weight of the FP8 copies FP8 training keeps beside
+    the 16-bit weights (:data:`snlab.hardware.FP8_WEIGHT_COPY_BYTES`; 0 in 16-bit training)."""
     def states(formula):
         return sum(formula.evaluate(dict(params_per_device=P, weight_bytes=2.0, grad_bytes=plan.grad_bytes,
                                          optimizer_bytes=plan.optimizer_bytes, zero_stage=plan.zero_stage,
                                          zero_shards=n))
                    for P, n, _ in params.groups)
 
-    r = plan.recompute
-    per_layer = where(r == 2, act.full, where(r == 1, act.selective, act.kept))
+    r = pl.recompute_mode(plan.recompute)
+    per_layer = act.stored
     # ZeRO-3 / FSDP hold the current and the prefetched layer's gathered 16-bit weights and
     # one layer's full gradients before their reduce-scatter (PyTorch FSDP's
     # limit_all_gathers: two units at a time); ZeRO-2 one layer's gradient bucket
     layer_params = params.total / lay.stage_layers
     buffers = where(plan.zero_stage == 3, layer_params * (2 * 2.0 + plan.grad_bytes),
                        where(plan.zero_stage == 2, layer_params * plan.grad_bytes, 0.0))
+    # FP8 copies of the weights a device holds whole (the two gathered layers under ZeRO-3)
+    buffers = buffers + weight_copy_bytes * where(plan.zero_stage == 3, 2 * layer_params, params.total)
     # the layer being recomputed holds its full activations (full), or its attention
     # scores again (selective without FlashAttention) while its backward runs
-    working = where(r == 2, act.kept, where(r == 1, act.kept - act.selective, 0.0))
+    working = where(r == 2, act.kept, act.rebuilt)
     logits = mw.logits_memory(seq_len=plan.seq_len / plan.cp, micro_batch=plan.micro_batch,
-                              vocab_size=sizes.vocab_size, tp=plan.tp, logit_bytes=4.0) * (1 + sizes.mtp_modules)
+                              vocab_size=sizes.vocab_size, tp=plan.tp, logit_bytes=plan.logit_bytes) \
+        * (1 + sizes.mtp_modules)
 
     def stage(layers, rank):
         in_flight = mw.stage_in_flight(pp=plan.pp, interleave=plan.interleave, micro_batches=lay.micro_batches,
@@ -377,6 +444,51 @@ def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params:
                                             last), last) + working
     return Memory(weights=states(mw.weight_memory), grads=states(mw.grad_memory),
                   optimizer=states(mw.optimizer_memory), activations=acts, buffers=buffers, per_layer=per_layer)
+
+
+def stage_memory(sizes: ModelSizes, plan: Plan, hw: Hardware) -> list[dict]:
+    """Memory of each pipeline stage of one plan [bytes], before offload: its weights,
+    gradients and optimizer state (its own layers; the embedding on the first stage, the
+    output layer on the last), the activations of the micro-batches it holds in flight
+    (:data:`~snlab.walls.memory.stage_in_flight`; the last also keeps the logits and the
+    MTP modules), and the buffers of :func:`memory`. The planner's memory is the largest
+    of these."""
+    lay, act = layout(sizes, plan), activations(sizes, plan)
+    pp = int(plan.pp)
+    per_stage = stages.stage_layers(int(sizes.layers), pp, int(plan.first_stage_layers), int(plan.last_stage_layers),
+                                    int(stages.sizes_tail(sizes)))
+    output = sizes.vocab_size * sizes.hidden_size
+    rows = []
+    for rank, n in enumerate(per_stage):
+        last = rank == pp - 1
+        layers = n + (sizes.mtp_modules if last else 0.0)
+        emb = (sizes.embedding_params if rank == 0 else 0.0) + (output if last else 0.0)
+        if pp == 1:
+            emb = sizes.embedding_params + (sizes.embedding_copies - 1) * output
+        dense = (sizes.layer_params * layers / sizes.layers + emb) / plan.tp
+        experts = sizes.expert_params * layers / sizes.layers / (plan.ep * plan.etp)
+        groups = ((dense, plan.dp * plan.cp), (experts, plan.tp * plan.dp * plan.cp / (plan.ep * plan.etp)))
+
+        def states(formula):
+            return sum(float(formula.evaluate(dict(params_per_device=P, weight_bytes=2.0, grad_bytes=plan.grad_bytes,
+                                                   optimizer_bytes=plan.optimizer_bytes, zero_stage=plan.zero_stage,
+                                                   zero_shards=d))) for P, d in groups)
+        in_flight = float(mw.stage_in_flight(pp=plan.pp, interleave=plan.interleave, micro_batches=lay.micro_batches,
+                                             stage_rank=rank))
+        logits = float(mw.logits_memory(seq_len=plan.seq_len / plan.cp, micro_batch=plan.micro_batch,
+                                        vocab_size=sizes.vocab_size, tp=plan.tp, logit_bytes=plan.logit_bytes)
+                       * (1 + sizes.mtp_modules)) if last else 0.0
+        working = float(where(pl.recompute_mode(plan.recompute) == 2, act.kept, act.rebuilt))
+        acts = float(act.stored) * layers * in_flight + logits + working
+        local = dense + experts
+        per_layer = local / max(layers, 1.0)
+        buffers = float(where(plan.zero_stage == 3, per_layer * (2 * 2.0 + plan.grad_bytes),
+                              where(plan.zero_stage == 2, per_layer * plan.grad_bytes, 0.0))
+                        + hw.weight_copy_bytes * where(plan.zero_stage == 3, 2 * per_layer, local))
+        weights, grads, optimizer = (states(f) for f in (mw.weight_memory, mw.grad_memory, mw.optimizer_memory))
+        rows.append(dict(stage=rank, layers=n, in_flight=in_flight, weights=weights, grads=grads, optimizer=optimizer,
+                         activations=acts, buffers=buffers, total=weights + grads + optimizer + acts + buffers))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -553,7 +665,8 @@ def utilisation(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, sched:
     model_flops = cw.model_step_flops(tokens=tokens, forward_flops_per_token=forward(plan.seq_len / 2))
     palm_flops = cw.model_step_flops(tokens=tokens, forward_flops_per_token=forward(plan.seq_len))
     # FlashAttention recomputes the scores in its backward pass even without recomputation
-    recompute = where((plan.flash_attention > 0) & (plan.recompute == 0), 1.0, plan.recompute)
+    mode = pl.recompute_mode(plan.recompute)
+    recompute = where((plan.flash_attention > 0) & (mode == 0), 1.0, mode)
     hardware_flops = cw.hardware_step_flops(tokens=tokens, forward_flops_per_token=forward(lay.context),
                                             recompute=recompute, matmul_params=matmul,
                                             layers=layers, heads=sizes.heads, head_dim=sizes.attention_head_dim,
@@ -595,7 +708,7 @@ def step_columns(sizes: ModelSizes, plan: Plan, hw: Hardware) -> dict[str, np.nd
     comm = {"tp": tensor_comm(sizes, plan, hw, lay), "ep": expert_comm(sizes, plan, hw, lay),
             "cp": context_comm(sizes, plan, hw, lay), "pp": pipeline_comm(sizes, plan, hw, lay),
             "zero": dp.per_microbatch}
-    mem = memory(sizes, plan, lay, act, params)
+    mem = memory(sizes, plan, lay, act, params, hw.weight_copy_bytes)
     off = offload(plan, hw, lay, mem, params)
     sched = schedule(plan, hw, lay, comp, comm, dp, off)
     return columns(plan, hw, lay, comp, comm, dp, mem, off, sched, utilisation(sizes, plan, hw, lay, sched),

@@ -13,7 +13,7 @@ from .runs import read_runs
 from .serving import serving_runs, serving_table
 from .training import training_runs, training_table
 
-__all__ = ["table", "summary", "summary_markdown", "training_runs", "training_table",
+__all__ = ["table", "summary", "summary_markdown", "fits_markdown", "training_runs", "training_table",
            "memory_runs", "memory_table", "serving_runs", "serving_table", "read_runs"]
 
 
@@ -38,6 +38,18 @@ def summary(frame=None):
     return g.agg(runs=("id", "size"), median_abs_error=("abs_error", "median"),
                  median_error=("error", "median"), worst_abs_error=("abs_error", "max"),
                  within=("within", "sum")).reset_index()
+
+
+def fits_markdown(frame=None) -> str:
+    """Does it fit: the published plans that ran (training runs and recipes) and how many
+    snlab reports as fitting, as one Markdown line."""
+    from .training import recipe_table
+    frame = recipe_table() if frame is None else frame
+    tight = frame.loc[frame["headroom_bytes"].idxmin()]
+    return (f"Does it fit: {int(frame['fits'].sum())} of {len(frame)} published training plans that ran "
+            f"(the training runs above and {len(frame) - len(training_runs())} recipes of Megatron-Bridge, "
+            f"the Llama 3 paper and DeepSeek-V3's report) are reported as fitting; the tightest, "
+            f"{tight['id']}, with {tight['headroom_bytes'] / 1e9:.1f} GB to spare.")
 
 
 def summary_markdown(frame=None) -> str:

@@ -44,3 +44,29 @@ def training_table(path: str | Path | None = None):
                      "definition": run.get("definition", ""), "note": run.get("note", ""),
                      "outside": run.get("outside", "")})
     return pd.DataFrame(rows)
+
+
+_RECIPE_KEYS = {"id", "source", "where", "model", "system", "precision", "plan", "note"}
+
+
+def recipe_runs(path: str | Path | None = None) -> list[dict]:
+    """Published training recipes that ran (``recipes.toml``), validated."""
+    path = Path(path) if path else HERE / "recipes.toml"
+    return read_runs(path, ("id", "source", "where", "model", "system", "plan"), _RECIPE_KEYS, "recipes.toml")
+
+
+def recipe_table(path: str | Path | None = None):
+    """Whether snlab fits each published recipe, with its memory per device against what
+    the device offers: a pandas DataFrame."""
+    import pandas as pd
+
+    from ..training import train
+    rows = []
+    for run in recipe_runs(path) + [dict(r, note=r.get("note", "")) for r in training_runs()]:
+        result = train(run["model"], run["system"], precision=run.get("precision", "bf16"), **run["plan"])
+        memory = result.memory_bytes_per_device
+        rows.append({"id": run["id"], "source": run["source"], "where": run["where"], "model": run["model"],
+                     "system": run["system"], "fits": result.fits, "memory_bytes": memory["total"],
+                     "usable_bytes": memory["usable"], "headroom_bytes": memory["headroom"],
+                     "mfu": result.mfu, "note": run.get("note", "")})
+    return pd.DataFrame(rows)

@@ -83,9 +83,11 @@ dr = sym.dropout
 _replicated = qa * s * b * ((4 + dr) * h + wc) + ql * s * b * Er
 # split by tensor parallelism: Q (w_q), K and V (2 a_kv d_h), the output-projection input
 # (w_o), the MLP's hidden tensors n_mlp f (GeLU input and output for f = 4h; gate, up and
-# product for SwiGLU), and on MoE layers the k dispatched copies of the token and the k
-# expert outputs before they are combined (2 k_r h): 24 s b h bytes for GPT at q_a = 2;
-_split = qa * s * b * (wq + wo + 2 * akv * dh + nmlp * fact + 2 * kr * h)
+# product for SwiGLU), and on MoE layers the k dispatched copies of the token (k_r h; the
+# routing weights are applied inside the experts' activation, so the combine keeps no
+# expert outputs: Megatron-Core moe_permute_fusion and its MoE README, 'memory efficient
+# token permutation'): 24 s b h bytes for GPT at q_a = 2;
+_split = qa * s * b * (wq + wo + 2 * akv * dh + nmlp * fact + kr * h)
 # attention scores: the softmax output a s^2 b (its own backward and, without dropout, the
 # product with V need it); with dropout also the mask (half) and the dropout output, which
 # the product with V keeps in addition.
@@ -110,6 +112,34 @@ activation_memory_per_layer = Formula(
     "Latent attention keeps its wider queries (a 192 for DeepSeek-V3), keys, values and "
     "output (a 128), and its latents; a MoE layer keeps its k dispatched token copies and k "
     "expert outputs.",
+)
+
+wrr, wrs, w8r, w8s = (sym.recomputed_replicated_width, sym.recomputed_split_width, sym.fp8_replicated_width,
+                      sym.fp8_split_width)
+
+recomputed_activation_memory = Formula(
+    "recomputed_activation_memory", "activation_memory",
+    qa * s * b * (wrr / t**sigma + wrs / t),
+    "Megatron-Core TransformerConfig.recompute_modules (megatron/core/transformer/transformer_config.py): "
+    "layernorm, mla_up_proj and moe_act discard their outputs and rebuild them in the backward pass; "
+    "mlp, shared_experts and moe checkpoint their submodule and keep only its input",
+    "Activation bytes one layer no longer keeps for one micro-batch when selective "
+    "recomputation names modules: the norms' outputs (w_r, replicated without sequence "
+    "parallelism), latent attention's queries, keys and values after their up-projection, "
+    "the routed experts' activation output, or the tensors inside the dense MLP, the shared "
+    "experts or the whole MoE block (w_r').",
+)
+
+fp8_activation_saving = Formula(
+    "fp8_activation_saving", "activation_memory",
+    qa / 2 * s * b * (w8r / t**sigma + w8s / t),
+    "Transformer Engine transformer_engine/pytorch/module/linear.py and layernorm_linear.py: in FP8 a "
+    "linear layer saves its quantised input (1 byte) for the backward pass; the output projection keeps "
+    "an FP8 copy of its input beside the 16-bit attention output the attention backward needs",
+    "Activation bytes FP8 training saves per layer and micro-batch: half of each 16-bit "
+    "linear-layer input it keeps in FP8 instead (QKV and MLP inputs w_8; the MLP's second "
+    "input and the experts' dispatched tokens in w_8'), less the FP8 copy of the output "
+    "projection's input.",
 )
 
 stage_in_flight = Formula(
