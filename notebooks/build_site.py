@@ -112,8 +112,17 @@ def make_static(nb):
     widget state, so that the page needs no widget JavaScript."""
     models = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            # links from lesson to lesson point at their pages
+            cell.source = re.sub(r"\(((?:\.\./notebooks/|notebooks/)?)(\d\d-[\w-]+)\.ipynb\)", r"(\2.html)",
+                                 cell.source)
         for output in cell.get("outputs", []):
             data = output.get("data", {})
+            quiz = data.get("text/html", "")
+            if WIDGET_VIEW in data and "snlab-quiz-static" in ("".join(quiz) if isinstance(quiz, list) else quiz):
+                # a question: its options and the answer behind a click, not the live control
+                output["data"] = {"text/html": quiz}
+                continue
             if WIDGET_VIEW in data:
                 view = data[WIDGET_VIEW]
                 model_id = view.get("model_id") if isinstance(view, dict) else None

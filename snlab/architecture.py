@@ -27,7 +27,8 @@ LAYERS = (
      "a system's numbers, collectives over its levels, the planners' grid and result base, error bands"),
     ("planners", ("training", "serving"), "rules, step model as named parts, planners, results"),
     ("evidence", ("validation", "claims", "compare"), "published runs, the article's claims, comparisons"),
-    ("lab", ("offline", "chart_data", "charts", "widgets", "figures"), "charts, dashboards, README figures"),
+    ("lab", ("offline", "chart_data", "charts", "tables", "lessons", "widgets", "figures"),
+     "charts, tables, the lessons' questions, dashboards, README figures"),
     ("interfaces", ("cli", "docs", "architecture", "__init__", "__main__"), "the snlab command, generated docs"),
 )
 ROOM_LAYER = {room: i for i, (_, rooms, _) in enumerate(LAYERS) for room in rooms}

@@ -35,6 +35,44 @@ from .walls import compute as cw
 offline.apply_env()
 
 #: parts of a training step, in drawing order: (label, colour)
+#: twenty distinguishable colours (Tableau 20 reordered so that neighbours differ)
+PALETTE = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7",
+           "#bab0ac", "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#bcbd22", "#8c564b",
+           "#e377c2", "#7f7f7f")
+
+
+def _preset_colors() -> dict:
+    """One colour per shipped system, device and model, the same in every chart of the lab."""
+    from .presets import names
+    colors = {}
+    for kind in ("system", "device", "model"):
+        for i, name in enumerate(sorted(names(kind))):
+            colors[name] = PALETTE[i % len(PALETTE)]
+    return colors
+
+
+_COLORS: dict = {}
+
+
+def color_of(name: str) -> str:
+    """The lab's colour for a system, device or model (a name that is not a preset gets
+    one by a stable hash of its name)."""
+    if not _COLORS:
+        _COLORS.update(_preset_colors())
+    if name not in _COLORS:
+        _COLORS[name] = PALETTE[sum(map(ord, name)) % len(PALETTE)]
+    return _COLORS[name]
+
+
+def color_encoding(field: str, values, title: str | None = None, **kw) -> alt.Color:
+    """A colour channel for ``field``: systems, devices and models in their lab colours,
+    the legend listing only what the chart draws."""
+    present = list(dict.fromkeys(str(v) for v in values))
+    if field in ("system", "device", "model"):
+        kw["scale"] = alt.Scale(domain=present, range=[color_of(v) for v in present])
+    return alt.Color(f"{field}:N", title=title or field, **kw)
+
+
 STEP_PARTS = (
     ("compute", "#1f4e79"),
     ("recompute", "#6fa8dc"),
@@ -170,7 +208,7 @@ def metric_chart(data, x: str, y: str = "mfu", color: str = "system", sort=None,
     base = alt.Chart(inline_data(plot), title=title or f"{y_title.split(' [')[0]} by {x.replace('_', ' ')}")
     marked = base.mark_line(point=True) if mark == "line" else base.mark_bar()
     enc = dict(x=x_enc, y=alt.Y("metric:Q", title=y_title, scale=alt.Scale(type="log") if log_y else alt.Undefined),
-               color=alt.Color(f"{color}:N", title=color),
+               color=color_encoding(color, plot[color]) if color in plot.columns else alt.Color(f"{color}:N"),
                tooltip=tooltip)
     if mark == "bar":
         enc["xOffset"] = alt.XOffset(f"{color}:N")
@@ -188,7 +226,8 @@ def metric_chart(data, x: str, y: str = "mfu", color: str = "system", sort=None,
                              alt.Tooltip("band_runs:Q", title="runs behind the band")])
     if mark == "bar":
         encoding["xOffset"] = enc["xOffset"]
-    bars = base.mark_errorbar(ticks=True).encode(**encoding).transform_filter("isValid(datum.band_low)")
+    # a vertical range on its own point, no wider than the point
+    bars = base.mark_rule(strokeWidth=2, opacity=0.6).encode(**encoding).transform_filter("isValid(datum.band_low)")
     return alt.layer(marked.encode(**enc), bars).properties(width=width, height=height)
 
 
@@ -363,10 +402,14 @@ def roofline(devices: Iterable = ("a100-pcie-80gb", "ascend-910c"), gemms: pd.Da
              width: int = 460, height: int = 300) -> alt.LayerChart:
     """Roofline of each device (log-log) with optional GEMM points from :func:`gemm_frame`;
     the point with ``tokens == highlight`` is drawn large and labelled."""
-    lines = alt.Chart(inline_data(roofline_frame(devices, sustained_clock=sustained_clock))).mark_line().encode(
+    roof = roofline_frame(devices, sustained_clock=sustained_clock)
+    present = list(dict.fromkeys(roof["device"].astype(str)))
+    device_scale = alt.Scale(domain=present, range=[color_of(d) for d in present])
+    device_color = alt.Color("device:N", title="device", scale=device_scale)
+    lines = alt.Chart(inline_data(roof)).mark_line().encode(
         x=alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity [FLOP/byte]"),
         y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="attainable compute [TFLOP/s]"),
-        color=alt.Color("device:N"),
+        color=device_color,
         tooltip=[alt.Tooltip("device:N", title="device"),
                  alt.Tooltip("intensity:Q", title="intensity [FLOP/byte]", format=".3~g"),
                  alt.Tooltip("tflops:Q", title="attainable [TFLOP/s]", format=".4~g")])
@@ -378,9 +421,14 @@ def roofline(devices: Iterable = ("a100-pcie-80gb", "ascend-910c"), gemms: pd.Da
                    alt.Tooltip("tflops:Q", title="attainable [TFLOP/s]", format=".4~g"),
                    alt.Tooltip("time_us:Q", title="time [µs]", format=".3~g"), alt.Tooltip("bound:N", title="bound")]
         x, y = alt.X("intensity:Q"), alt.Y("tflops:Q")
-        layers.append(alt.Chart(inline_data(gemms)).mark_point(size=70, filled=True, opacity=0.6).encode(
-            x=x, y=y, color=alt.Color("device:N"), shape=alt.Shape("bound:N", title="GEMM"),
+        labelled = gemms.assign(label=[f"M={int(m):,}" for m in gemms["tokens"]])
+        points = alt.Chart(inline_data(labelled))
+        layers.append(points.mark_point(size=70, filled=True, opacity=0.6).encode(
+            x=x, y=y, color=device_color, shape=alt.Shape("bound:N", title="GEMM"),
             tooltip=tooltip))
+        # each point says which GEMM it is (its tokens M), in its device's colour
+        layers.append(points.mark_text(dx=8, align="left", fontSize=10).encode(
+            x=x, y=y, text=alt.Text("label:N"), color=alt.Color("device:N", scale=device_scale, legend=None)))
         if highlight is not None:
             chosen = gemms[gemms["tokens"] == highlight].assign(label=lambda d: [f"M = {int(m):,}" for m in d.tokens])
             base = alt.Chart(inline_data(chosen)).encode(x=x, y=y, tooltip=tooltip)
@@ -442,7 +490,7 @@ def collective_time(systems: Iterable = ("pcie-ethernet-a100", "cloudmatrix384")
         x=alt.X("message_bytes:Q", scale=alt.Scale(type="log"), title="message size [bytes]",
                 axis=alt.Axis(format="~s")),
         y=alt.Y("time_us:Q", scale=alt.Scale(type="log"), title="time [µs]"),
-        color=alt.Color("system:N"),
+        color=color_encoding("system", frame["system"]),
         tooltip=[alt.Tooltip("system:N", title="system"), alt.Tooltip("level:N", title="level"),
                  alt.Tooltip("message_bytes:Q", title="message [bytes]", format=".3~s"),
                  alt.Tooltip("time_us:Q", title="time [µs]", format=".3~g"),

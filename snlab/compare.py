@@ -118,6 +118,20 @@ def optimum(frame: pd.DataFrame, over: str = "micro_batch", by: str = "system") 
     return best.set_index(best[by].astype(str))[over].rename(f"best {over}")
 
 
+def near_optimum(frame: pd.DataFrame, over: str = "micro_batch", by: str = "system", within: float = 0.10) -> pd.Series:
+    """For each ``by`` group, every value of ``over`` whose step is within ``within`` of
+    the group's shortest (the model cannot tell them apart: "about the same"), as text
+    ("2, 4 and 8"), among the rows that are valid and fit."""
+    ok = frame[frame["fits"].astype(bool) & frame.get("valid", True)]
+    out = {}
+    for key, part in ok.groupby(by, observed=True):
+        best = part["step_time_s"].min()
+        values = sorted(part.loc[part["step_time_s"] <= best * (1 + within), over].tolist())
+        text = [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+        out[str(key)] = text[0] if len(text) == 1 else ", ".join(text[:-1]) + " and " + text[-1]
+    return pd.Series(out, name=f"{over} within {within:.0%} of the best")
+
+
 def with_scale_up_of(system, donor):
     """A what-if system: ``system`` (its devices, scale-out, host) with the scale-up
     level of ``donor`` (domain size, bandwidth, latencies, efficiency). Used to

@@ -75,6 +75,11 @@ def _table() -> dict:
     return {(b["regime"], b["family"]): b for b in doc.get("band", [])}
 
 
+def families(regime: str) -> list[str]:
+    """The chip families with a band for ``regime``."""
+    return sorted(f for r, f in _table() if r == regime)
+
+
 def band(regime: str, family: str) -> Band:
     """The band of ``regime`` (one of :data:`REGIMES`) on chip ``family``."""
     b = _table().get((regime, family))

@@ -489,5 +489,25 @@ class Quiz:
         self.feedback.value = f"{verdict} {escape(self.explanation)}"
         return right
 
+    def html(self) -> str:
+        """The question for a page without a kernel: the options, and the answer behind a
+        click (an HTML details element), as the static lessons show it."""
+        items = "".join(f"<li>{escape(str(o))}</li>" for o in self.options)
+        return (f"<div class='snlab-quiz-static'><p><b>Predict:</b> {escape(self.question)}</p><ol>{items}</ol>"
+                f"<details><summary>Check your answer</summary><p>The model says <b>{escape(str(self.answer))}"
+                f"</b>. {escape(self.explanation)}</p></details></div>")
+
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/html"] = self.html()
+        data["text/plain"] = f"Predict: {self.question}"
+        return bundle
+
+
+def quiz(key: str) -> Quiz:
+    """The "predict, then check" question ``key`` of a lesson (:mod:`snlab.lessons`), its
+    answer and explanation computed from the model and shown only after Check."""
+    from . import lessons
+    q = lessons.question(key)
+    return Quiz(q.question, q.options, q.answer, q.explanation)

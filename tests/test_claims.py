@@ -124,7 +124,8 @@ def test_uncertainty_is_reported(verdicts):
             if d.band is not None and d.band.runs == 0:
                 assert "rests on the model alone" in text
             if d.within_uncertainty:
-                assert "within the model's uncertainty" in text and "within the model's uncertainty" in v.label
+                assert "the model's error could undo" in text and "more than" not in text \
+                    and "within the model's uncertainty" in v.label
     assert any(v.within_uncertainty for v in verdicts.values())
 
 

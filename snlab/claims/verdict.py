@@ -52,16 +52,22 @@ class Decision:
         return bool(min(lo, hi) <= self.threshold <= max(lo, hi))
 
     def describe(self) -> str:
-        side = ">=" if self.above else "<="
-        text = (f"decided by {self.quantity} = {_fmt(self.value)} against {side} {_fmt(self.threshold)}: "
-                f"{abs(self.margin):.0%} {'inside' if self.passes else 'outside'} the threshold")
+        """The decision as a sentence: the quantity, what the claim needs, which side of
+        that line the value falls and by how much, and whether the model's error could
+        move it across."""
+        need = "at least" if self.above else "at most"
+        side = "on the claim's side" if self.passes else "on the other side"
+        by = f", by {abs(self.margin):.0%}" if self.threshold else ""
+        text = f"{self.quantity[:1].upper()}{self.quantity[1:]}: {_fmt(self.value)}, where the claim needs {need} " \
+               f"{_fmt(self.threshold)}; {side}{by}"
         if self.band is None:
-            return text + f" ({self.basis})"
+            return text + f" ({self.basis})."
         if not self.band.runs:
-            return text + f"; {self.band.describe()}, so the verdict rests on the model alone"
+            return text + f". No published runs check this ({self.band.regime} on {self.band.family}): the " \
+                          "verdict rests on the model alone."
         if self.within_uncertainty:
-            return text + f"; within the model's uncertainty ({self.band.describe()})"
-        return text + f"; outside the model's uncertainty ({self.band.describe()})"
+            return text + f", which the model's error could undo ({self.band.describe()})."
+        return text + f", more than the model's error could undo ({self.band.describe()})."
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,15 @@ def verdict_of(decisions, condition_if_first: bool = True) -> str:
 
 
 def _fmt(v) -> str:
+    """A number for reading: thousands separated, three significant digits below 1,000."""
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return f"{v:,}"
     if isinstance(v, (float, np.floating)):
-        return f"{v:.4g}"
+        if v == 0:
+            return "0"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.3g}"
     return str(v)
