@@ -510,4 +510,6 @@ def quiz(key: str) -> Quiz:
     answer and explanation computed from the model and shown only after Check."""
     from . import lessons
     q = lessons.question(key)
-    return Quiz(q.question, q.options, q.answer, q.explanation)
+    quiz_ = Quiz(q.question, q.options, q.answer, q.explanation)
+    quiz_.widget.add_class(f"snlab-quiz-{key}")
+    return quiz_

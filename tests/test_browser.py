@@ -116,12 +116,16 @@ def _no_autosave(env: dict) -> None:
     (path / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
 
 
+#: the screens the lessons must work on: a laptop with the sidebar open, and a larger one
+LAPTOP, DESKTOP = {"width": 1280, "height": 720}, {"width": 1366, "height": 1000}
+
+
 @contextmanager
-def _browser(tmp_path: Path):
+def _browser(tmp_path: Path, viewport: dict = DESKTOP):
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport=viewport)
         # no network: only the local server (and pages on disk) answer
         page.route("**/*", lambda route: route.continue_()
                    if route.request.url.startswith(("http://127.0.0.1", "file://", "data:", "blob:"))
@@ -239,6 +243,26 @@ def site(tmp_path_factory):
     return out, charts
 
 
+def _check_questions_come_first(page, name: str) -> None:
+    """No output above a question holds its answer, and no readout is cut off."""
+    from snlab import lessons
+    keys = page.evaluate("""() => [...document.querySelectorAll('.snlab-quiz')].map(q =>
+        [...q.classList].filter(c => c.startsWith('snlab-quiz-')).map(c => c.slice(11))[0] || '')""")
+    for index, key in enumerate(keys):
+        if not key:
+            continue
+        answer = lessons.question(key).answer
+        above = page.evaluate("""(i) => { const q = document.querySelectorAll('.snlab-quiz')[i];
+            const cell = q.closest('.jp-Cell'); let text = ''; let c = cell && cell.previousElementSibling;
+            while (c) { const out = c.querySelector('.jp-OutputArea'); if (out) text += out.innerText;
+                        c = c.previousElementSibling; }
+            return text; }""", index)
+        assert answer not in above, f"{name}: the answer of {key} ({answer!r}) shows above its question"
+    clipped = page.evaluate("""() => [...document.querySelectorAll('.widget-readout, .widget-label')]
+        .filter(e => e.offsetParent && e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)""")
+    assert not clipped, f"{name}: readouts cut off: {clipped}"
+
+
 def test_static_lessons_show_every_chart_without_a_kernel_or_network(site, tmp_path):
     out, charts = site
     assert set(charts) == {p.stem for p in LESSONS}
@@ -255,6 +279,10 @@ def test_static_lessons_show_every_chart_without_a_kernel_or_network(site, tmp_p
                 box = drawn.nth(i).bounding_box()
                 assert box and box["width"] > 100 and box["height"] > 50, (name, i, box)
             assert "Traceback" not in page.inner_text("body"), name
+            # questions as questions, the answer behind a click; lessons link to their pages
+            body = page.content()
+            assert "snlab-quiz-static" in body and "None</pre>" not in body, name
+            assert not page.locator("a[href$='.ipynb']").count(), name
         _screenshot(page, tmp_path, "site-last.png")
         assert not [c for c in console if "pageerror" in c], console
 
@@ -272,7 +300,7 @@ def test_plain_jupyterlab_runs_every_lesson_and_draws_every_chart(site, tmp_path
            "--allow-root"]
     base = f"http://127.0.0.1:{port}"
     with _server(cmd, f"{base}/api/status?token={token}", _env(tmp_path), tmp_path / "lab.log"), \
-            _browser(tmp_path) as (page, console):
+            _browser(tmp_path, LAPTOP) as (page, console):
         for lesson in LESSONS:
             # a dialog that blocks a lesson once (a loaded machine can lose the server's
             # connection for a moment) is reported and the lesson reopened; twice fails
@@ -296,6 +324,7 @@ def test_plain_jupyterlab_runs_every_lesson_and_draws_every_chart(site, tmp_path
                     _screenshot(page, tmp_path, f"jupyterlab-{lesson.stem}-{attempt}.png")
             assert drawn >= charts[lesson.stem], lesson.name
             _check_clean(page, console, lesson.name)
+            _check_questions_come_first(page, lesson.name)
 
 
 def test_a_blocking_dialog_is_named(tmp_path):
@@ -341,13 +370,18 @@ def test_make_lab_opens_the_landing_lesson_without_popups(tmp_path):
         assert landing.read_bytes() == before
 
 
+DASHBOARD = NOTEBOOKS / "dashboard.ipynb"
+
+
 def test_voila_renders_the_central_dashboard(tmp_path):
+    """Voila serves the dashboard alone (notebooks/dashboard.ipynb, the README's link):
+    its title and controls, no lesson text, no code."""
     _require_browser()
     work = tmp_path / "work"
     work.mkdir()
-    shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
+    shutil.copy(DASHBOARD, work / DASHBOARD.name)
     port = _free_port()
-    cmd = [sys.executable, "-m", "voila", str(work / NOTEBOOK.name), "--no-browser", f"--port={port}",
+    cmd = [sys.executable, "-m", "voila", str(work / DASHBOARD.name), "--no-browser", f"--port={port}",
            "--Voila.ip=127.0.0.1", "--Voila.root_dir=" + str(work)]
     base = f"http://127.0.0.1:{port}"
     # readiness: a static file (a GET of "/" would run the whole notebook in a kernel of its own)
@@ -356,8 +390,6 @@ def test_voila_renders_the_central_dashboard(tmp_path):
         page.goto(f"{base}/", timeout=180_000)
         dashboard = page.locator(".snlab-dashboard").first
         dashboard.wait_for(timeout=180_000)
-        # Voila streams cells as they run: let the notebook finish before moving a control
-        page.locator(".snlab-quiz").first.wait_for(timeout=180_000)
         dashboard.scroll_into_view_if_needed()
         try:
             _wait_charts(page, 6)
@@ -367,3 +399,6 @@ def test_voila_renders_the_central_dashboard(tmp_path):
         assert page.locator(ERRORS).count() == 0, page.locator(ERRORS).all_inner_texts()
         assert "There was an error when executing cell" not in page.content()
         assert not [c for c in console if "Error loading script" in c], console
+        # the dashboard alone: no lesson's predict-then-check, no formula, no code
+        assert page.locator(".snlab-quiz").count() == 0 and "Predict" not in page.inner_text("body")
+        assert "widgets.training_dashboard" not in page.inner_text("body")
