@@ -4,9 +4,8 @@ The step models say how long each part of a step takes; this module turns those 
 into the activity of each device (:func:`training_activity`, :func:`decode_activity`,
 :func:`prefill_activity`), the activity into power (:data:`snlab.walls.power.device_power`
 and the formulas after it) and the power, with the token rate, into energy and cost per
-token (:func:`power_columns`). It also applies a kind of cooling to a system
-(:func:`cooling_state`, :func:`cooled`): the PUE, how many devices a rack holds, and
-the clock the devices sustain when the rack cannot remove what they would draw.
+token (:func:`power_columns`). The cooling a system runs under (its PUE, the devices a
+rack holds, the clock they sustain) comes from :mod:`snlab.power_cooling`.
 
 Every function is vectorised over a grid of plans; the columns carry their units in
 their names (``device_power_w``, ``energy_per_token_j``, ``cost_per_million_tokens_usd``).
@@ -14,195 +13,17 @@ their names (``device_power_w``, ``energy_per_token_j``, ``cost_per_million_toke
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 
-from .errors import SnlabError
+from .energy_prices import Prices, example_prices, prices  # noqa: F401 (re-exported)
 from .grid import where
+from .power_cooling import KINDS, NO_CAP, CoolingState, cooled, cooling_state  # noqa: F401 (re-exported)
 from .walls import power as pw
 
-#: seconds in a year (365.25 days) and joules in a kWh
-YEAR_S, KWH_J = 365.25 * 86400.0, 3.6e6
-#: the kinds of cooling
-KINDS = ("air", "liquid")
-#: a rack whose cooling removes what its devices draw: no cap on a device's power [W]
-NO_CAP = 1e9
-
-
-# --- prices -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Prices:
-    """What a job pays: ``device_hour`` [$] rent per device-hour (electricity usually
-    included), or ``capex`` [$] purchase price per device (its share of the system
-    included) written off over ``years``; ``kwh`` [$] per kWh the facility draws; and
-    ``utilisation``, the share of the paid hours the devices do this work (1: every hour
-    is used)."""
-
-    device_hour: float = 0.0
-    capex: float = 0.0
-    years: float = 4.0
-    kwh: float = 0.0
-    utilisation: float = 1.0
-
-    def __post_init__(self):
-        for name, low, high, allowed in (
-                ("device_hour", 0.0, 1e4, "a price per device-hour from 0 to 10,000 $"),
-                ("capex", 0.0, 1e8, "a purchase price per device from 0 to 100,000,000 $"),
-                ("years", 0.1, 50.0, "a write-off period from 0.1 to 50 years"),
-                ("kwh", 0.0, 10.0, "an electricity price from 0 to 10 $ per kWh"),
-                ("utilisation", 0.01, 1.0, "a share of the paid hours from 0.01 to 1")):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or not low <= value <= high:
-                raise SnlabError(f"prices.{name}", f"got {value!r}", allowed)
-        if not (self.device_hour or self.capex or self.kwh):
-            raise SnlabError("prices", "no price given", "device_hour, capex (with years) or kwh")
-
-    def inputs(self) -> dict:
-        """The inputs of :data:`snlab.walls.power.cost_rate` in SI units ($/s, $, s, $/J)."""
-        return dict(device_price=self.device_hour / 3600.0, capex=float(self.capex),
-                    lifetime=self.years * YEAR_S, fleet_utilisation=float(self.utilisation),
-                    energy_price=self.kwh / KWH_J)
-
-
-def prices(spec=None, **given) -> Prices | None:
-    """A :class:`Prices` from a Prices, a mapping of its fields, ``"example"`` (the dated
-    example prices shipped in ``prices.toml``, see :func:`example_prices`; needs
-    ``system=``), or keywords; None for None."""
-    if spec is None and not given:
-        return None
-    if isinstance(spec, Prices):
-        return spec
-    if isinstance(spec, str):
-        if spec not in ("example", "example-rent", "example-purchase"):
-            raise SnlabError("prices", f"got {spec!r}", "'example', 'example-rent', 'example-purchase', a mapping of "
-                             "device_hour, capex, years, kwh, utilisation, or a snlab.energy.Prices")
-        system = given.pop("system")
-        return example_prices(system, rent={"example-rent": True, "example-purchase": False}.get(spec), **given)
-    fields = dict(spec or {}, **given)
-    bad = [k for k in fields if k not in Prices.__dataclass_fields__]
-    if bad:
-        raise SnlabError(f"prices.{bad[0]}", "no such price", ", ".join(Prices.__dataclass_fields__))
-    return Prices(**fields)
-
-
-def example_prices(system, rent: bool | None = None, **override) -> Prices:
-    """Dated example prices for ``system`` from ``prices.toml`` (sources and dates there):
-    its devices' rent per hour (``rent=True``) or their purchase price over four years
-    with the example electricity price of the region it typically runs in (``False``);
-    by default rent where an example rent exists, else purchase. They are examples to
-    start from, not quotes."""
-    from .presets import read_toml
-    from .presets import system as load_system
-    from .presets.loader import DATA
-    s = load_system(system)
-    table = read_toml(DATA / "prices.toml", "prices.toml")
-    devices, systems = table.get("device_hour", {}), table.get("capex", {})
-    if rent is None:
-        rent = s.device.name in devices
-    if rent:
-        if s.device.name not in devices:
-            raise SnlabError("prices", f"no example rent for {s.device.name}", ", ".join(devices))
-        base = dict(device_hour=float(devices[s.device.name]["value"]))
-    else:
-        if s.name not in systems:
-            raise SnlabError("prices", f"no example purchase price for {s.name}", ", ".join(systems))
-        region = systems[s.name].get("electricity", "us")
-        base = dict(capex=float(systems[s.name]["value"]), years=4.0,
-                    kwh=float(table["kwh"][region]["value"]))
-    return Prices(**{**base, **override})
-
-
-# --- cooling -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class CoolingState:
-    """A system under one kind of cooling: its PUE; the power a device may draw
-    [W] (``NO_CAP`` when the rack removes what its devices draw at their limit); the
-    clock the devices sustain; how many devices a rack holds; and the full-load power of
-    a rack [W] as built."""
-
-    kind: str
-    pue: float
-    rack_power_limit_w: float
-    device_cap_w: float
-    sustained_clock: float
-    devices_per_rack: int
-    rack_full_power_w: float
-
-
-def _rack_overhead(system) -> float:
-    """Power per device beyond the device that sits in its rack [W]: its share of the
-    node's host, and of the scale-up switches when they are in the compute racks (no
-    separate switch racks)."""
-    p, n_dom = system.power, system.scale_up.domain_size
-    return p.host_power / system.devices_per_node + (p.switch_power / n_dom if not p.network_racks else 0.0)
-
-
-def cooling_state(system, kind: str | None = None) -> CoolingState:
-    """``system`` under the cooling ``kind`` (default: the one it is built for).
-
-    A rack holds ``devices_per_rack`` as built. If its cooling cannot remove what they
-    draw at their limit, a rack of separate servers holds fewer whole nodes; a rack
-    whose scale-up wiring fixes it (``rack_split`` False) keeps them and the devices are
-    held to the power it allows, at the clock :data:`~snlab.walls.power.thermal_clock`
-    gives (or the clock the preset measured under that cooling). Raises
-    :class:`SnlabError` when a rack cannot even hold its devices' idle power."""
-    if not system.has_power:
-        raise SnlabError(f"{system.name}.power", "the preset has no power model",
-                         "a system whose device has [power] and which has [power] and [cooling] sections")
-    kind = kind or system.cooling_kind
-    if kind not in system.cooling:
-        raise SnlabError("cooling", f"got {kind!r}", ", ".join(system.cooling))
-    cool, dev, p = system.cooling[kind], system.device, system.power
-    overhead = _rack_overhead(system)
-    per_device = dev.tdp + overhead
-    full = p.devices_per_rack * per_device
-    limit = cool.rack_power_limit
-    per_rack, cap, clock = p.devices_per_rack, NO_CAP, 1.0
-    if full > limit:
-        nodes = math.floor(limit / (system.devices_per_node * per_device))
-        if p.rack_split and nodes >= 1:
-            per_rack = min(nodes * system.devices_per_node, p.devices_per_rack)
-        else:
-            per_rack = p.devices_per_rack if not p.rack_split else system.devices_per_node
-            cap = limit / per_rack - overhead
-            clock = float(pw.thermal_clock(rack_power_limit=limit, rack_devices=float(per_rack),
-                                           overhead_power=overhead, idle_power=dev.idle_power, tdp=dev.tdp))
-            if clock <= 1e-3:
-                need = per_rack * (dev.idle_power + overhead) / 1e3
-                raise SnlabError("cooling", f"{kind} cooling removes {limit / 1e3:.3g} kW per rack; the "
-                                 f"{per_rack} devices of a {system.name} rack draw {need:.3g} kW idle",
-                                 f"another cooling ({', '.join(k for k in system.cooling if k != kind)}) or a "
-                                 f"rack limit above {full / 1e3:.3g} kW")
-    if cool.sustained_clock:
-        clock = cool.sustained_clock
-    return CoolingState(kind=kind, pue=cool.pue, rack_power_limit_w=limit, device_cap_w=cap,
-                        sustained_clock=clock, devices_per_rack=int(per_rack), rack_full_power_w=full)
-
-
-def cooled(system, kind: str | None, keep_clock: bool = False):
-    """``system`` under the cooling ``kind``: the same system when ``kind`` is None or the
-    one it is built for (its device's sustained clock was measured under it), else a copy
-    whose cooling is ``kind`` and whose device runs at the clock that cooling sustains
-    (the user's own ``sustained_clock`` wins: ``keep_clock``)."""
-    from .presets import system as load_system
-    s = load_system(system)
-    if kind is None or kind == s.cooling_kind:
-        if kind is not None:
-            cooling_state(s, kind)    # checks the system has a power model
-        return s
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise SnlabError("cooling", f"got {kind!r}", ", ".join(KINDS))
-    state = cooling_state(s, kind)
-    out = s.replace(cooling_kind=kind)
-    if not keep_clock:
-        out = out.replace(device=s.device.replace(sustained_clock=round(state.sustained_clock, 6)))
-    return out
-
+#: seconds in an hour, tokens in a million, FLOP/s in a TFLOP/s
+HOUR_S, MILLION, TERA = 3600.0, 1e6, 1e12
+#: a tolerance that lets a job of exactly a rack's devices take one rack
+ROUNDING = 1e-9
 
 # --- activity --------------------------------------------------------------------------
 
@@ -219,7 +40,7 @@ def training_activity(out: dict, hw, optimizer_on_host) -> tuple:
     device, which stream HBM. Links: every collective's time, hidden or not."""
     step = out["step_time_s"]
     rate = hw.gemm_efficiency * hw.sustained_clock * hw.peak_flops
-    flop_time = out["hardware_tflops_per_device"] * 1e12 * step / rate
+    flop_time = out["hardware_tflops_per_device"] * TERA * step / rate
     optimizer = where(optimizer_on_host, 0.0, out["time_optimizer_s"])
     memory = np.maximum(out["time_compute_s"] - flop_time, 0.0) + optimizer
     comm = sum(out[f"time_{x}_s"] for x in ("tp", "ep", "cp", "pp", "dp", "zero"))
@@ -271,10 +92,17 @@ def overhead(hw):
 # --- columns ----------------------------------------------------------------------------
 
 #: the power columns every plan gets, and the cost columns a plan with prices adds
-POWER_COLUMNS = ("compute_activity", "memory_activity", "link_activity", "device_power_w", "it_power_w",
+POWER_COLUMNS = ("activity_compute", "activity_memory", "activity_links", "device_power_w", "it_power_w",
                  "facility_power_w", "device_energy_per_token_j", "it_energy_per_token_j", "energy_per_token_j",
                  "tokens_per_joule", "racks", "pue")
 COST_COLUMNS = ("cost_per_hour_usd", "cost_per_million_tokens_usd", "tokens_per_dollar")
+
+
+def racks(devices, hw):
+    """Racks ``devices`` devices fill under the cooling: their compute racks, and the
+    switch racks of every scale-up domain they reach into."""
+    return (np.ceil(devices / hw.devices_per_rack - ROUNDING)
+            + hw.network_racks * np.ceil(devices / hw.scale_up_domain_size - ROUNDING))
 
 
 def power_columns(devices, device_w, tokens_per_s, hw, activity: tuple, prices: Prices | None = None,
@@ -291,20 +119,18 @@ def power_columns(devices, device_w, tokens_per_s, hw, activity: tuple, prices: 
     it = pw.it_power(devices=everyone, device_power=device_total / everyone, overhead_power=overhead(hw))
     ratio = hw.pue if pue is None else pue
     facility = pw.facility_power(pue=ratio, it_power=it)
-    per_rack = np.maximum(hw.devices_per_rack, 1.0)
-    racks = np.ceil(everyone / per_rack - 1e-9) + hw.network_racks * np.ceil(everyone / hw.scale_up_domain_size - 1e-9)
-    out = {"compute_activity": uc, "memory_activity": um, "link_activity": ul, "device_power_w": device_w,
+    out = {"activity_compute": uc, "activity_memory": um, "activity_links": ul, "device_power_w": device_w,
            "it_power_w": it, "facility_power_w": facility,
            "device_energy_per_token_j": pw.energy_per_token(power=device_total, throughput=tokens_per_s),
            "it_energy_per_token_j": pw.energy_per_token(power=it, throughput=tokens_per_s),
            "energy_per_token_j": pw.energy_per_token(power=facility, throughput=tokens_per_s),
-           "tokens_per_joule": tokens_per_s / facility, "racks": racks,
+           "tokens_per_joule": tokens_per_s / facility, "racks": racks(everyone, hw),
            "pue": np.broadcast_to(np.float64(ratio), np.shape(facility))}
     if prices is not None:
         rate = pw.cost_rate(devices=everyone, facility_power=facility, **prices.inputs())
         per_token = pw.cost_per_token(cost_rate=rate, throughput=tokens_per_s)
-        out.update(cost_per_hour_usd=rate * 3600.0, cost_per_million_tokens_usd=per_token * 1e6,
-                   tokens_per_dollar=1.0 / per_token)
+        out.update(cost_per_hour_usd=rate * HOUR_S, cost_per_million_tokens_usd=per_token * MILLION,
+                   tokens_per_dollar=1 / per_token)
     return out
 
 
@@ -358,6 +184,8 @@ def full_load(system, cooling: str | None = None, devices: int | None = None) ->
     s = cooled(load_system(system), cooling)
     hw = hardware(s)
     n = float(devices or s.scale_up.domain_size)
-    activity = (1.0, 0.0, 0.0)
-    cols = power_columns(n, device_power(hw, activity), 1.0, hw, activity)
-    return {k: float(cols[k]) for k in ("device_power_w", "it_power_w", "facility_power_w", "racks", "pue")}
+    device_w = np.minimum(hw.tdp, hw.power_cap)
+    it = pw.it_power(devices=n, device_power=device_w, overhead_power=overhead(hw))
+    facility = pw.facility_power(pue=hw.pue, it_power=it)
+    return {"device_power_w": float(device_w), "it_power_w": float(it), "facility_power_w": float(facility),
+            "racks": float(racks(n, hw)), "pue": float(hw.pue)}

@@ -249,7 +249,7 @@ def _power_fields(system: "System") -> dict:
     power model)."""
     if not system.has_power:
         return {}
-    from .energy import cooling_state
+    from .power_cooling import cooling_state
     dev, pw, cool = system.device, system.power, cooling_state(system)
     return dict(tdp=dev.tdp, idle_power=dev.idle_power, hbm_energy=dev.hbm_energy, link_energy=dev.link_energy,
                 host_power=pw.host_power, switch_power=pw.switch_power, network_power=pw.network_power,

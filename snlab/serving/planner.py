@@ -303,16 +303,20 @@ def serve_sweep(model, system, *, cooling=None, pue=None, prices=None, **axes):
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
-def serve_best(model, system, *, tpot_target: float, max_batch: int | None = None, **deployment) -> ServeResult:
+def serve_best(model, system, *, tpot_target: float, max_batch: int | None = None, cooling=None, pue=None,
+               prices=None, **deployment) -> ServeResult:
     """The batch with the most decode tokens per second per device whose time per
     output token stays within ``tpot_target`` [s] and whose KV cache fits.
 
     Candidates are multiples of ``dp`` from ``dp`` up to ``max_batch`` (default: the
     largest batch that fits with every memory tier), with the largest that fits in HBM
     alone among them (beyond it the pool's lenders count against throughput). Raises
-    :class:`SnlabError` naming ``tpot_target`` when no batch meets it.
+    :class:`SnlabError` naming ``tpot_target`` when no batch meets it. ``cooling``,
+    ``pue`` and ``prices`` as in :func:`serve`.
     """
+    from ..training.planner import power_options
     m, s = _resolve(model, system)
+    s, pue, prices = power_options(s, cooling, pue, prices, "sustained_clock" in deployment)
     if isinstance(tpot_target, str):
         tpot_target = parse_quantity(tpot_target, "s", "tpot_target")[0]
     if not grid.is_number(tpot_target) or not 0 < tpot_target <= 3600:
@@ -334,4 +338,4 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
         raise SnlabError("tpot_target", f"no batch meets {tpot_target * 1e3:.3g} ms; the fastest step gives "
                          f"{fastest * 1e3:.3g} ms per output token", f"a target above {fastest * 1e3:.3g} ms")
     best = int(np.nanargmax(np.where(ok, out["decode_tokens_per_s_per_device"], -np.inf)))
-    return serve(m, s, **deployment, batch=int(batches[best]))
+    return serve(m, s, pue=pue, prices=prices, **deployment, batch=int(batches[best]))

@@ -179,7 +179,7 @@ def power_fields(system: System, row: dict, prices=None) -> dict:
     power model)."""
     if "device_power_w" not in row:
         return {}
-    keys = ("compute_activity", "memory_activity", "link_activity", "device_power_w", "it_power_w",
+    keys = ("activity_compute", "activity_memory", "activity_links", "device_power_w", "it_power_w",
             "facility_power_w", "device_energy_per_token_j", "it_energy_per_token_j", "energy_per_token_j",
             "tokens_per_joule", "pue")
     power = {k: float(row[k]) for k in keys}
@@ -199,8 +199,8 @@ def power_rows(result, token: str) -> list[tuple[str, str]]:
     p = result.power
     if not p:
         return []
-    rows = [("power per device", f"{fmt_watts(p['device_power_w'])} (compute {p['compute_activity']:.0%}, "
-                                 f"HBM {p['memory_activity']:.0%}, links {p['link_activity']:.0%} of the time)"),
+    rows = [("power per device", f"{fmt_watts(p['device_power_w'])} (compute {p['activity_compute']:.0%}, "
+                                 f"HBM {p['activity_memory']:.0%}, links {p['activity_links']:.0%} of the time)"),
             ("IT power / facility power", f"{fmt_watts(p['it_power_w'])} / {fmt_watts(p['facility_power_w'])} "
                                           f"({result.cooling} cooling, PUE {p['pue']:.2f}, {p['racks']:,} "
                                           f"rack{'s' if p['racks'] != 1 else ''})"),
