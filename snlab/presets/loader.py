@@ -130,7 +130,7 @@ def _device(doc: dict, where: str, base=None, depth: int = 0) -> Device:
     memory = _section(doc, "memory", schema.DEVICE["memory"], where, top, prov)
     cal = _section(doc, "calibration", schema.DEVICE["calibration"], where, top, prov)
     power = _section(doc, "power", schema.DEVICE["power"], where, top, prov) if "power" in doc else {}
-    return Device(
+    device = Device(
         name=_string(doc, "name", where), description=_string(doc, "description", where, False),
         vendor=_string(doc, "vendor", where, False), family=_string(doc, "family", where, False),
         peak_flops=FrozenMap({p: compute[p] for p in schema.PRECISIONS if p in compute}),
@@ -146,6 +146,9 @@ def _device(doc: dict, where: str, base=None, depth: int = 0) -> Device:
         **{f: cal.get(f, 0.0) for f in ("gemm_half_elements", "gemm_half_elements_fp8", "gemm_half_elements_fp4")},
         **{f: power.get(f, 0.0) for f, _, _ in schema.DEVICE["power"]},
         provenance=MappingProxyType(prov))
+    if power:
+        validate(device)
+    return device
 
 
 def _system(doc: dict, where: str, base: Path | None = None, depth: int = 0) -> System:
