@@ -366,6 +366,15 @@ class System:
             rows.append(("pool", f"{self.pool.technology}: {fmt_bytes(self.pool.capacity)}, "
                          f"{self.pool.bandwidth / 1e9:.4g} GB/s, {fmt_seconds(self.pool.latency)}",
                          _cite(self.provenance, "pool.capacity")))
+        if self.power is not None:
+            p = self.power
+            rows.append(("power beyond the devices", f"{p.host_power:,.0f} W per node, {p.switch_power:,.0f} W of "
+                         f"scale-up switches per domain, {p.network_power:,.0f} W of network per device; "
+                         f"{p.devices_per_rack} devices a rack", _cite(self.provenance, "power.host_power")))
+        for kind, cool in self.cooling.items():
+            rows.append((f"{kind} cooling" + (" (as built)" if kind == self.cooling_kind else ""),
+                         f"PUE {cool.pue:.2f}, racks of up to {cool.rack_power_limit / 1e3:,.3g} kW",
+                         _cite(self.provenance, f"cooling.{kind}.rack_power_limit")))
         return _html_table(f"system {self.name}: {self.description}", rows)
 
 

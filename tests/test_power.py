@@ -291,3 +291,11 @@ def test_cli_power_budget_and_an_impossible_cooling(capsys):
     assert _status(["search", "--model", "llama3-8b", "--system", "dgx-h100", "--devices", "8", "--global-batch", "64",
                     "--power-budget", "lots"]) == 2
     assert "power_budget: got 'lots'" in capsys.readouterr().err
+
+
+def test_a_job_table_gives_the_energy_and_cost_of_the_run():
+    frame = snlab.search("llama3-8b", "dgx-h100", devices=64, global_batch=512, top=1, prices={"device_hour": 2.0})
+    job = snlab.compare.with_job(frame, 1e12)
+    assert job["energy_to_train_j"].iloc[0] == pytest.approx(1e12 * frame["energy_per_token_j"].iloc[0])
+    # 64 devices at 2 $/h for the hours the run takes
+    assert job["cost_to_train_usd"].iloc[0] == pytest.approx(job["device_hours"].iloc[0] * 2.0)

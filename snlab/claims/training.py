@@ -251,7 +251,7 @@ def c16(model="llama3-405b", system="cloudmatrix384", devices=384, global_batch=
     from ..presets import model as load_model
     from ..presets import system as load_system
     from ..training import search
-    from ..training.planner import _power_budget
+    from ..training.planner import power_budget_w
     m, s = load_model(model), load_system(system)
     seq = seq_len or m.seq_len
     states = 16 * m.params
@@ -263,7 +263,7 @@ def c16(model="llama3-405b", system="cloudmatrix384", devices=384, global_batch=
     agree = (estimate <= devices) == feasible
     decisions = [Decision("hand sizing and the planner agree (1 yes, 0 no)", float(agree), 1.0, True,
                           basis="a yes-or-no agreement between the estimate and the planner")]
-    budget = _power_budget(power_budget)
+    budget = power_budget_w(power_budget)
     numbers = {"devices the hand sizing asks for": estimate, "devices of one supernode": devices,
                "a plan fits one supernode": feasible,
                "best MFU on one supernode": float(df.iloc[0].mfu) if feasible else 0.0}

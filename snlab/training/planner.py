@@ -428,7 +428,7 @@ OBJECTIVES = {"tokens_per_s": ("step_time_s", False), "tokens_per_joule": ("ener
               "tokens_per_dollar": ("cost_per_million_tokens_usd", False)}
 
 
-def _power_budget(value) -> float | None:
+def power_budget_w(value) -> float | None:
     """A power budget [W] from a number of watts or a string such as ``"2 MW"``."""
     if value is None:
         return None
@@ -454,7 +454,7 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     """
     if objective not in OBJECTIVES:
         raise SnlabError("objective", f"got {objective!r}", ", ".join(OBJECTIVES))
-    budget = _power_budget(power_budget)
+    budget = power_budget_w(power_budget)
     m, s = _resolve(model, system)
     s, pue, prices = power_options(s, cooling, pue, prices, "sustained_clock" in fixed)
     if (objective != "tokens_per_s" or budget is not None) and not s.has_power:
