@@ -104,6 +104,16 @@ def _quantity(x: float, dimension: str) -> str:
     return fmt_quantity(x, dimension)
 
 
+#: the unit table (:data:`snlab.units.UNITS`) a dimension's values are written in
+UNIT_DIMENSION = {"count": "count", "count0": "count", "bytes0": "bytes", "fraction0": "1", "factor": "1",
+                  "W0": "W", "pue": "1"}
+
+
+def unit_dimension(dimension: str) -> str:
+    """The dimension whose units a field of ``dimension`` is written in (``"W0"`` -> ``"W"``)."""
+    return UNIT_DIMENSION.get(dimension, dimension)
+
+
 def describe(dimension: str) -> str:
     """What a field of ``dimension`` accepts, in words."""
     top = UPPER.get(dimension, float("inf"))

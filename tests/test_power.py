@@ -299,3 +299,18 @@ def test_a_job_table_gives_the_energy_and_cost_of_the_run():
     assert job["energy_to_train_j"].iloc[0] == pytest.approx(1e12 * frame["energy_per_token_j"].iloc[0])
     # 64 devices at 2 $/h for the hours the run takes
     assert job["cost_to_train_usd"].iloc[0] == pytest.approx(job["device_hours"].iloc[0] * 2.0)
+
+
+def test_the_example_prices_carry_their_date_and_source_and_say_they_are_examples():
+    from snlab.presets import read_toml
+    from snlab.presets.loader import DATA
+    text = (DATA / "prices.toml").read_text()
+    assert "NOT quotes" in text
+    bib = presets.bibliography()
+    for table in ("device_hour", "capex", "kwh"):
+        for name, entry in read_toml(DATA / "prices.toml", "prices.toml")[table].items():
+            assert entry["value"] > 0 and entry["date"] and entry["source"] in bib, (table, name)
+    for name in ("dgx-h100", "gb200-nvl72", "cloudmatrix384", "pcie-ethernet-a100"):
+        assert energy.example_prices(name, rent=False).capex > 0
+    with pytest.raises(SnlabError, match="no example rent for ascend-910c"):
+        energy.example_prices("cloudmatrix384", rent=True)

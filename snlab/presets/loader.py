@@ -38,8 +38,7 @@ PresetLike = Union[str, Path, Device, System, Model]
 # --- reading numbers ------------------------------------------------------------------
 
 def _number(raw: Any, dimension: str, field: str, defaults: dict) -> tuple[float, Provenance]:
-    unit_dim = {"count": "count", "count0": "count", "bytes0": "bytes", "fraction0": "1", "factor": "1", "W0": "W",
-                "pue": "1"}.get(dimension, dimension)
+    unit_dim = schema.unit_dimension(dimension)
     meta = {k: defaults.get(k, "") for k in schema.META}
     if isinstance(raw, dict):
         unknown = set(raw) - {"value", "unit", *schema.META}
