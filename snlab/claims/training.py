@@ -219,11 +219,16 @@ def c15(supernode="cloudmatrix384", cluster="dgx-h100", air_rack_limit=None) -> 
     decisions = (Decision(f"throughput lost under air cooling, {sn.name}", lost[sn.name], 0.15, True, _band(supernode)),
                  Decision(f"throughput lost under air cooling, {cc.kind} room, {cluster}", lost[load(cluster).name],
                           0.15, True, _band(cluster)))
-    # the room a rack of the supernode needs to run at full clock
+    # the rack power at which the supernode's clock would lose 15%: each device at its idle
+    # power, 85% of its dynamic power and its share of the rack's host
     full_kw = cs.rack_full_power_w / 1e3
+    dev = sn.device
+    overhead = cs.rack_full_power_w / cs.devices_per_rack - dev.tdp
+    edge_kw = cs.devices_per_rack * (overhead + dev.idle_power + 0.85 * (dev.tdp - dev.idle_power)) / 1e3
     return Verdict("C15", "Air cooling let the chips throttle and cost about 20% of compute.", verdict_of(decisions),
                    f"the system was built for liquid and its racks stand in an air-cooled room that removes less "
-                   f"than about {full_kw:.0f} kW per rack; a system built for air loses nothing to it",
+                   f"than about {edge_kw:.0f} kW per rack (they draw {full_kw:.0f} kW at full clock); a system "
+                   "built for air loses nothing to it",
                    {f"sustained clock under air, {sn.name}": cs.sustained_clock,
                     f"rack limit of the air room, {sn.name} [kW]": cs.rack_power_limit_w / 1e3,
                     f"rack power at full clock, {sn.name} [kW]": full_kw,
