@@ -467,10 +467,10 @@ POWER_WORKLOAD = dict(prompt_len=1000, output_len=500, tpot_target=0.05)
 def _best_batch(model: str, system: str, cooling: str | None) -> int:
     """The batch with the best throughput per device under the workload's time-per-token target."""
     from .serving import serve_best
-    return serve_best(model, system, tp=_power_tp(model, system), cooling=cooling, **POWER_WORKLOAD).deployment["batch"]
+    return serve_best(model, system, tp=power_tp(model, system), cooling=cooling, **POWER_WORKLOAD).deployment["batch"]
 
 
-def _power_tp(model: str, system: str) -> int:
+def power_tp(model: str, system: str) -> int:
     """One replica per device for a model that fits one, else the node's devices."""
     s, m = load_system(system), load_model(model)
     return 1 if 2.2 * m.params < s.device.hbm_capacity else s.devices_per_node
@@ -518,7 +518,7 @@ def power_dashboard(model: str = "llama3-70b", systems=POWER_SYSTEMS, cooling: s
                 batch = _best_batch(v["model"], name, cooling_kind)
                 base = example_prices(name, rent=False)
                 prices = Prices(capex=base.capex, years=years, kwh=v["kwh"], utilisation=v["utilisation"])
-                r = serve(v["model"], name, tp=_power_tp(v["model"], name), batch=batch, cooling=cooling_kind,
+                r = serve(v["model"], name, tp=power_tp(v["model"], name), batch=batch, cooling=cooling_kind,
                           pue=v["pue"] or None, prices=prices, prompt_len=POWER_WORKLOAD["prompt_len"],
                           output_len=POWER_WORKLOAD["output_len"])
             except SnlabError as exc:

@@ -158,7 +158,7 @@ def test_10_the_least_energy_per_token_and_the_cost_ratio():
     least = min(joules, key=joules.get)
     assert answer_in("10") == least
     assert f"({joules[least]:.2g} J against {joules[CLUSTER]:.2g} J on the PCIe cluster" in section("10")
-    cost = {s: snlab.serve_best("llama3-70b", s, tp=widgets._power_tp("llama3-70b", s), prices="example-purchase",
+    cost = {s: snlab.serve_best("llama3-70b", s, tp=widgets.power_tp("llama3-70b", s), prices="example-purchase",
                                 **widgets.POWER_WORKLOAD).cost_per_million_tokens_usd for s in (CLUSTER, SUPERNODE)}
     assert f"({cost[CLUSTER] / cost[SUPERNODE]:.1f} times" in section("10")
 
