@@ -1,5 +1,5 @@
-"""snlab (SuperNode Lab): the compute, memory and communication walls of large-model
-training and serving, as live formulas, on conventional clusters and supernodes.
+"""snlab (SuperNode Lab): the compute, memory, communication and power walls of
+large-model training and serving, as live formulas, on conventional clusters and supernodes.
 
 Quick start::
 
@@ -22,13 +22,15 @@ from .specs import Device, Model, System
 __version__ = "0.2.0"
 
 _LAZY_MODULES = ("walls", "sizing", "symbols", "units", "presets", "charts", "widgets", "network", "hardware",
-                 "training", "serving", "validation", "claims", "compare", "grid", "uncertainty")
+                 "training", "serving", "validation", "claims", "compare", "grid", "uncertainty", "energy",
+                 "energy_prices", "power_cooling")
 
 _LAZY_FUNCTIONS = {
     "train": "snlab.training", "sweep": "snlab.training", "search": "snlab.training",
     "serve": "snlab.serving", "serve_sweep": "snlab.serving", "serve_best": "snlab.serving",
     "formulas": "snlab.walls", "TrainResult": "snlab.training", "ServeResult": "snlab.serving",
-    "collective_time": "snlab.network",
+    "collective_time": "snlab.network", "full_load": "snlab.energy", "Prices": "snlab.energy_prices",
+    "cooling_state": "snlab.power_cooling",
 }
 
 
@@ -47,4 +49,4 @@ def __dir__():
 __all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "collective_time", "device", "model",
            "system", "Device",
            "Model", "System", "SnlabError", "UnknownPresetError", "TrainResult", "ServeResult", "walls", "sizing",
-           "symbols", "formulas", "presets", "network"]
+           "symbols", "formulas", "presets", "network", "full_load", "cooling_state", "Prices"]

@@ -20,11 +20,13 @@ PACKAGE = Path(__file__).parent
 LAYERS = (
     ("foundations", ("errors", "units", "symbols", "formula", "files"),
      "errors, unit conversion, the nomenclature, Formula, whole-file writes"),
-    ("walls", ("walls", "sizing"), "the three walls (and serving) as sympy formulas, one module each; a "
+    ("walls", ("walls", "sizing"), "the four walls (and serving) as sympy formulas, one module each; a "
                                     "model's sizes from them"),
-    ("presets", ("schema", "specs", "presets"), "preset data, its schema, frozen objects"),
-    ("hardware and network", ("hardware", "network", "grid", "result", "uncertainty"),
-     "a system's numbers, collectives over its levels, the planners' grid and result base, error bands"),
+    ("presets", ("schema", "specs", "presets", "power_cooling"), "preset data, its schema, frozen objects; a "
+                                                                 "system under a kind of cooling"),
+    ("hardware and network", ("hardware", "network", "grid", "result", "uncertainty", "energy", "energy_prices"),
+     "a system's numbers, collectives over its levels, the planners' grid and result base, error bands, "
+     "power and cost from the step models' columns"),
     ("planners", ("training", "serving"), "rules, step model as named parts, planners, results"),
     ("evidence", ("validation", "claims", "compare"), "published runs, the article's claims, comparisons"),
     ("lab", ("offline", "chart_data", "charts", "tables", "lessons", "widgets", "figures"),

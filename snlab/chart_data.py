@@ -43,6 +43,11 @@ FIELDS = {
     "kv_cache_bytes_per_device": ("KV cache per device [GB]", 1 / GB, ".1f"),
     "prompt_len": ("prompt [tokens]", 1.0, ","),
     "batch": ("batch [sequences]", 1.0, ","),
+    "energy_per_token_j": ("facility energy per token [J]", 1.0, ".3~g"),
+    "device_energy_per_token_j": ("device energy per token [J]", 1.0, ".3~g"),
+    "cost_per_million_tokens_usd": ("cost per million tokens [$]", 1.0, ".3~g"),
+    "facility_power_w": ("facility power [kW]", 1e-3, ".3~g"),
+    "device_power_w": ("power per device [W]", 1.0, ".0f"),
 }
 PLAN_TOOLTIP = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "recompute", "zero", "overlap")
 

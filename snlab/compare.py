@@ -100,13 +100,19 @@ def _check_tokens(tokens) -> None:
 
 def with_job(frame: pd.DataFrame, tokens: float) -> pd.DataFrame:
     """A copy of a plan frame with ``train_days`` [days], ``device_hours`` [device h] and
-    ``tokens_per_device_s`` [tokens/s] for training on ``tokens`` tokens."""
+    ``tokens_per_device_s`` [tokens/s] for training on ``tokens`` tokens; with the
+    facility energy ``energy_to_train_j`` [J] where the frame has power columns, and
+    ``cost_to_train_usd`` [$] where it has prices."""
     _check_tokens(tokens)
     out = frame.copy()
     seconds = float(tokens) / out["tokens_per_s"]
     out["train_days"] = seconds / 86400.0
     out["device_hours"] = seconds / 3600.0 * out["devices"]
     out["tokens_per_device_s"] = out["tokens_per_s"] / out["devices"]
+    if "energy_per_token_j" in out:
+        out["energy_to_train_j"] = float(tokens) * out["energy_per_token_j"]
+    if "cost_per_million_tokens_usd" in out:
+        out["cost_to_train_usd"] = float(tokens) / 1e6 * out["cost_per_million_tokens_usd"]
     return out
 
 

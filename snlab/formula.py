@@ -26,6 +26,7 @@ from .errors import SnlabError
 from .symbols import LATEX_NAMES, NOMENCLATURE, ORDER, describe_dimension, dimension
 
 _ANY = None  # the dimension of 0: compatible with every other
+_NONE = dimension("1")  # a pure number
 
 
 class DimensionError(RuntimeError):
@@ -41,7 +42,8 @@ def _combine(dims: list, what: str, expr: sp.Expr):
 
 
 def expression_dimension(expr: sp.Expr):
-    """The dimension of ``expr`` as (bytes, seconds) exponents; ``None`` for 0.
+    """The dimension of ``expr`` as exponents of bytes, seconds, joules and dollars;
+    ``None`` for 0.
 
     Symbols take their nomenclature unit; numbers are dimensionless (0 fits any
     dimension); sums, maxima, minima and the branches of a piecewise expression must
@@ -51,30 +53,30 @@ def expression_dimension(expr: sp.Expr):
     if expr.is_Symbol:
         return dimension(NOMENCLATURE[expr.name].unit)
     if expr.is_Number:
-        return _ANY if expr == 0 else (0, 0)
+        return _ANY if expr == 0 else _NONE
     if expr.is_NumberSymbol:
-        return (0, 0)
+        return _NONE
     if isinstance(expr, (sp.Add, sp.Max, sp.Min)):
         return _combine([expression_dimension(a) for a in expr.args], type(expr).__name__, expr)
     if isinstance(expr, sp.Mul):
         dims = [expression_dimension(a) for a in expr.args]
         if any(d is _ANY for d in dims):
             return _ANY
-        return tuple(sum(d[i] for d in dims) for i in range(2))
+        return tuple(sum(d[i] for d in dims) for i in range(len(_NONE)))
     if isinstance(expr, sp.Pow):
         base, exp = expression_dimension(expr.base), expr.exp
         if exp.is_Number:
             return _ANY if base is _ANY else tuple(int(b * exp) for b in base)
-        if base not in (_ANY, (0, 0)) or expression_dimension(exp) not in (_ANY, (0, 0)):
+        if base not in (_ANY, _NONE) or expression_dimension(exp) not in (_ANY, _NONE):
             raise DimensionError(f"power with a symbolic exponent of a dimensioned quantity: {expr}")
         return base
     if isinstance(expr, sp.Piecewise):
         return _combine([expression_dimension(e) for e, _ in expr.args], "Piecewise branches", expr)
     if isinstance(expr, sp.Function):
         for arg in expr.args:
-            if expression_dimension(arg) not in (_ANY, (0, 0)):
+            if expression_dimension(arg) not in (_ANY, _NONE):
                 raise DimensionError(f"{type(expr).__name__} of a dimensioned quantity: {expr}")
-        return (0, 0)
+        return _NONE
     raise DimensionError(f"cannot find the dimension of {expr!r}")
 
 

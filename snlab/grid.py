@@ -94,8 +94,7 @@ def numbers(name: str, values, allowed: str, dimension: str | None = None) -> np
         out = np.empty(len(values))
         for i, v in enumerate(values):
             if isinstance(v, str) and dimension is not None:
-                unit_dim = {"bytes0": "bytes", "fraction0": "1", "count": "count", "factor": "1"}.get(dimension, dimension)
-                v = parse_quantity(v, unit_dim, name)[0]
+                v = parse_quantity(v, schema.unit_dimension(dimension), name)[0]
             if not finite(v):
                 raise SnlabError(name, f"got {show(v)}", allowed)
             out[i] = float(v)

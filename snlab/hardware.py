@@ -123,6 +123,17 @@ class Hardware:
     gemm_half_fp8: float = 0.0
     gemm_half_int8: float = 0.0
     gemm_half_fp4: float = 0.0
+    tdp: float = 0.0
+    idle_power: float = 0.0
+    hbm_energy: float = 0.0
+    link_energy: float = 0.0
+    host_power: float = 0.0
+    switch_power: float = 0.0
+    network_power: float = 0.0
+    pue: float = 1.0
+    power_cap: float = 0.0
+    devices_per_rack: float = 0.0
+    network_racks: float = 0.0
 
     def replace(self, **changes) -> "Hardware":
         """A copy with fields changed (sweep axes, overrides of one call). A new
@@ -237,7 +248,21 @@ def hardware(system: "System", precision: str = "bf16") -> Hardware:
         **{f"peak_ratio_{d}": dev.peak_flops.get(d, bf16) / bf16 for d in DTYPE_BYTES},
         **{f"efficiency_ratio_{d}": dev.gemm_efficiency_at(d) / dev.gemm_efficiency for d in DTYPE_BYTES},
         **{f"gemm_half_{d}": dev.gemm_half_elements_at(d) for d in DTYPE_BYTES},
+        **_power_fields(system),
     ))
+
+
+def _power_fields(system: "System") -> dict:
+    """The power fields of :class:`Hardware` under the system's cooling (empty without a
+    power model)."""
+    if not system.has_power:
+        return {}
+    from .power_cooling import cooling_state
+    dev, pw, cool = system.device, system.power, cooling_state(system)
+    return dict(tdp=dev.tdp, idle_power=dev.idle_power, hbm_energy=dev.hbm_energy, link_energy=dev.link_energy,
+                host_power=pw.host_power, switch_power=pw.switch_power, network_power=pw.network_power,
+                pue=cool.pue, power_cap=cool.device_cap_w, devices_per_rack=float(cool.devices_per_rack),
+                network_racks=float(pw.network_racks))
 
 
 def _numpy_scalars(hw: Hardware) -> Hardware:
@@ -266,6 +291,10 @@ PRESET_FIELDS = {
                                                  "allocator_efficiency", "overlap_contention",
                                                  "flash_attention_efficiency", "kernel_floor",
                                                  "decode_attention_floor", "launch_overhead")},
+    **{f: ("device", "power", f) for f in ("tdp", "idle_power", "hbm_energy", "link_energy")},
+    **{f: ("system", "power", f) for f in ("host_power", "switch_power", "network_power", "devices_per_rack",
+                                           "network_racks")},
+    "pue": ("system", "cooling", "pue"), "power_cap": ("device", "power", "tdp"),
 }
 
 

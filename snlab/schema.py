@@ -22,11 +22,12 @@ META = ("source", "where", "convention", "note")
 #: system of 2026 (a 384-device domain pools 49 TB; GB200 moves 8 TB/s of HBM and
 #: 900 GB/s of NVLink per GPU; its FP4 peak is 10 PFLOP/s)
 UPPER = {"bytes": 1e16, "bytes0": 1e16, "bytes/s": 1e15, "FLOP/s": 1e18, "s": 1.0, "count": 1e9, "count0": 1e9,
-         "factor": 64.0}
+         "factor": 64.0, "W": 1e9, "W0": 1e9, "J/byte": 1e-9, "pue": 3.0}
 #: smallest nonzero value of a physical dimension: a thousand times below anything an
 #: accelerator system has (1 MB of memory, 1 MB/s of bandwidth, 1 GFLOP/s), so that no
 #: product or quotient of them can overflow or vanish
-LOWER = {"bytes": 1e6, "bytes0": 1e6, "bytes/s": 1e6, "FLOP/s": 1e9, "1": 1e-3, "fraction0": 1e-3}
+LOWER = {"bytes": 1e6, "bytes0": 1e6, "bytes/s": 1e6, "FLOP/s": 1e9, "1": 1e-3, "fraction0": 1e-3, "W": 1.0,
+         "W0": 1.0}
 
 # (field, dimension, required) per section; dimension "1" is a fraction in [0.001, 1],
 # "count" a whole number >= 1, "count0" a whole number >= 0, others physical units.
@@ -42,6 +43,11 @@ DEVICE = {
                     ("kernel_floor", "s", False), ("decode_attention_floor", "s", False), ("launch_overhead", "s", False),
                     ("gemm_half_elements", "count0", False), ("gemm_half_elements_fp8", "count0", False),
                     ("gemm_half_elements_fp4", "count0", False)],
+    # a device's power: its limit, its idle draw with a model resident, and the energy of its
+    # HBM traffic and of the bytes it sends over its scale-up links (all optional: a device
+    # without them has no power model)
+    "power": [("tdp", "W", True), ("idle_power", "W", True), ("hbm_energy", "J/byte", True),
+              ("link_energy", "J/byte", False)],
 }
 LEVEL = [("bandwidth", "bytes/s", True), ("latency", "s", True), ("efficiency", "1", True),
          ("call_latency", "s", False), ("node_latency", "s", False), ("direct_call_latency", "s", False),
@@ -55,8 +61,16 @@ SYSTEM = {
              ("memory_bandwidth", "bytes/s", True)],
     "pool": [("capacity", "bytes0", True), ("bandwidth", "bytes/s", True), ("latency", "s", True)],
     "storage": [("bandwidth", "bytes/s", True), ("latency", "s", True), ("capacity", "bytes0", True)],
+    # power beyond the devices: per node, per scale-up domain, per device; and the racks
+    "power": [("host_power", "W0", True), ("switch_power", "W0", True), ("network_power", "W0", True),
+              ("devices_per_rack", "count", True), ("network_racks", "count0", False)],
+    # one kind of cooling ([cooling.air], [cooling.liquid]): the facility's PUE, the power a
+    # rack may draw, and the sustained clock measured under it (optional: else derived)
+    "cooling": [("pue", "pue", True), ("rack_power_limit", "W", True), ("sustained_clock", "1", False)],
 }
-OPTIONAL_SECTIONS = {"pool", "storage", "moe", "mla"}
+OPTIONAL_SECTIONS = {"pool", "storage", "moe", "mla", "power", "cooling"}
+#: the kinds of cooling a system preset may describe
+COOLING_KINDS = ("air", "liquid")
 MODEL = {
     "": [("layers", "count", True), ("hidden_size", "count", True), ("heads", "count", True),
          ("kv_heads", "count", False), ("head_dim", "count", False),
@@ -71,14 +85,17 @@ MODEL = {
             ("q_lora_rank", "count0", False)],
 }
 MODEL_FLAGS = ("gated_mlp", "biases", "tied_embeddings", "learned_positions", "dropout")
-STRINGS = {"device": {"": ("name", "kind", "description", "vendor", "family", "compute", "memory", "calibration")},
+STRINGS = {"device": {"": ("name", "kind", "description", "vendor", "family", "compute", "memory", "calibration",
+                           "power")},
            "system": {"": ("name", "kind", "description", "device", "scale_up", "scale_out", "host",
-                           "pool", "storage"),
-                      **{s: ("technology",) for s in ("scale_up", "scale_out", "host", "pool", "storage")}},
+                           "pool", "storage", "power", "cooling"),
+                      **{s: ("technology",) for s in ("scale_up", "scale_out", "host", "pool", "storage")},
+                      "power": ("rack_split",), "cooling": ("kind",) + COOLING_KINDS},
            "model": {"": ("name", "kind", "description", "norm", "moe", "mla") + MODEL_FLAGS}}
 TABLES = {"device": DEVICE, "system": SYSTEM, "model": MODEL}
 
-_SI = {"bytes": "B", "bytes0": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
+_SI = {"bytes": "B", "bytes0": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s", "W": "W", "W0": "W",
+       "J/byte": "J/B"}
 
 
 def _quantity(x: float, dimension: str) -> str:
@@ -87,11 +104,23 @@ def _quantity(x: float, dimension: str) -> str:
     return fmt_quantity(x, dimension)
 
 
+#: the unit table (:data:`snlab.units.UNITS`) a dimension's values are written in
+UNIT_DIMENSION = {"count": "count", "count0": "count", "bytes0": "bytes", "fraction0": "1", "factor": "1",
+                  "W0": "W", "pue": "1"}
+
+
+def unit_dimension(dimension: str) -> str:
+    """The dimension whose units a field of ``dimension`` is written in (``"W0"`` -> ``"W"``)."""
+    return UNIT_DIMENSION.get(dimension, dimension)
+
+
 def describe(dimension: str) -> str:
     """What a field of ``dimension`` accepts, in words."""
     top = UPPER.get(dimension, float("inf"))
     fixed = {"1": "a fraction from 0.001 to 1", "fraction0": "0 (not measured) or a fraction from 0.001 to 1",
-             "factor": "a factor from 1 to 64",
+             "factor": "a factor from 1 to 64", "pue": "a PUE from 1 to 3",
+             "J/byte": "an energy per byte from 0 to 1 nJ/B, e.g. '60 pJ/B'",
+             "W0": "0 (none) or a power from 1 W to 1 GW, e.g. '2.5 kW'",
              "s": "a time from 0 to 1 s, e.g. '2 us'"}
     if dimension in fixed:
         return fixed[dimension]
@@ -113,8 +142,12 @@ def check_range(x, dimension: str, field: str) -> None:
     top = UPPER.get(dimension, math.inf)
     if dimension == "1":
         ok = LOWER[dimension] <= x <= 1
-    elif dimension == "factor":
+    elif dimension in ("factor", "pue"):
         ok = 1 <= x <= top
+    elif dimension == "J/byte":
+        ok = 0 <= x <= top
+    elif dimension == "W0":
+        ok = x == 0 or LOWER[dimension] <= x <= top
     elif dimension == "fraction0":
         ok = x == 0 or LOWER[dimension] <= x <= 1
     elif dimension in ("count", "count0"):
@@ -136,7 +169,8 @@ def check_values(values, dimension: str, field: str) -> None:
     x = np.asarray(values, dtype=float)
     top = UPPER.get(dimension, math.inf)
     low_ok = {"1": x >= LOWER["1"], "fraction0": (x == 0) | (x >= LOWER["fraction0"]), "s": x >= 0, "bytes0": (x == 0) | (x >= LOWER["bytes0"]),
-              "count": x >= 1, "count0": x >= 0, "factor": x >= 1}.get(dimension, (x > 0) & (x >= LOWER.get(dimension, 0)))
+              "count": x >= 1, "count0": x >= 0, "factor": x >= 1, "pue": x >= 1, "J/byte": x >= 0,
+              "W0": (x == 0) | (x >= LOWER["W0"])}.get(dimension, (x > 0) & (x >= LOWER.get(dimension, 0)))
     high = 1.0 if dimension in ("1", "fraction0") else top
     ok = np.isfinite(x) & low_ok & (x <= high)
     if dimension in ("count", "count0"):

@@ -107,6 +107,11 @@ class Device:
         attention kernel in training; 0 means "as a 16-bit matrix multiply".
     family : the chip the device is built around ("A100", "H100", ...): published runs
         on one member of a family say how far to trust predictions for the others.
+    tdp [W] : the device's power limit (board or package TDP); 0 means the preset has no
+        power model. idle_power [W] : its draw with a model resident and no kernel running.
+    hbm_energy [J/byte] : energy per byte streamed from or to HBM above idle (on-chip
+        movement included). link_energy [J/byte] : the same per byte sent over the
+        scale-up links (:data:`snlab.walls.power.device_power`).
     """
 
     name: str
@@ -134,6 +139,10 @@ class Device:
     gemm_half_elements_fp4: float = 0.0
     family: str = ""
     provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
+    tdp: float = 0.0
+    idle_power: float = 0.0
+    hbm_energy: float = 0.0
+    link_energy: float = 0.0
 
     kind = "device"
 
@@ -182,6 +191,10 @@ class Device:
             ("memory efficiency", f"{self.memory_efficiency:.2f}", _cite(self.provenance, "calibration.memory_efficiency")),
             ("sustained clock", f"{self.sustained_clock:.2f}", _cite(self.provenance, "calibration.sustained_clock")),
         ]
+        if self.tdp:
+            rows += [("power limit (TDP)", f"{self.tdp:.4g} W", _cite(self.provenance, "power.tdp")),
+                     ("idle power", f"{self.idle_power:.4g} W", _cite(self.provenance, "power.idle_power")),
+                     ("HBM energy", f"{self.hbm_energy * 1e12:.3g} pJ/B", _cite(self.provenance, "power.hbm_energy"))]
         return _html_table(f"device {self.name}: {self.description}", rows)
 
 
@@ -253,8 +266,41 @@ class Storage:
 
 
 @dataclass(frozen=True)
+class SystemPower:
+    """Power beyond the devices [W]: ``host_power`` per node (CPUs, memory, NICs, fans,
+    power conversion), ``switch_power`` per scale-up domain (its switches and optics),
+    ``network_power`` per device (scale-out ports, optics, a share of the switches); and
+    the racks: ``devices_per_rack`` as built, ``network_racks`` of switches per scale-up
+    domain, and ``rack_split``: whether a rack may hold fewer nodes when its cooling
+    cannot take a full one (True for separate servers; False where the scale-up wiring
+    fixes the rack, as in a supernode)."""
+
+    host_power: float
+    switch_power: float
+    network_power: float
+    devices_per_rack: int
+    network_racks: int = 0
+    rack_split: bool = True
+
+
+@dataclass(frozen=True)
+class Cooling:
+    """One kind of cooling (``"air"`` or ``"liquid"``): the facility's ``pue``, the
+    ``rack_power_limit`` [W] a rack may draw under it, and the ``sustained_clock``
+    measured under it (0: follows from the rack limit, :data:`snlab.walls.power.thermal_clock`)."""
+
+    kind: str
+    pue: float
+    rack_power_limit: float
+    sustained_clock: float = 0.0
+
+
+@dataclass(frozen=True)
 class System:
-    """Devices, how they are wired, and the memory they can reach."""
+    """Devices, how they are wired, the memory they can reach, and (when the preset has
+    them) their power beyond the devices and the kinds of cooling they can run under:
+    ``cooling`` maps each kind to its :class:`Cooling`, ``cooling_kind`` names the one the
+    system is built for."""
 
     name: str
     description: str
@@ -267,8 +313,20 @@ class System:
     storage: Storage | None = None
     max_devices: int | None = None
     provenance: Mapping[str, Provenance] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
+    power: SystemPower | None = None
+    cooling: Mapping[str, Cooling] = field(default_factory=lambda: FrozenMap())
+    cooling_kind: str = ""
 
     kind = "system"
+
+    def __post_init__(self):
+        if not isinstance(self.cooling, FrozenMap):
+            object.__setattr__(self, "cooling", FrozenMap(self.cooling))
+
+    @property
+    def has_power(self) -> bool:
+        """Whether the preset carries a power model (device and system power)."""
+        return bool(self.device.tdp) and self.power is not None and bool(self.cooling)
 
     @property
     def domain_size(self) -> int:
@@ -281,7 +339,7 @@ class System:
         nested: dict[str, dict] = {}
         flat = {}
         for key, value in changes.items():
-            for part in ("scale_up", "scale_out", "host", "pool", "storage"):
+            for part in ("scale_up", "scale_out", "host", "pool", "storage", "power"):
                 if key.startswith(part + "_") and key not in ("scale_up", "scale_out"):
                     nested.setdefault(part, {})[key[len(part) + 1:]] = value
                     break
@@ -308,6 +366,15 @@ class System:
             rows.append(("pool", f"{self.pool.technology}: {fmt_bytes(self.pool.capacity)}, "
                          f"{self.pool.bandwidth / 1e9:.4g} GB/s, {fmt_seconds(self.pool.latency)}",
                          _cite(self.provenance, "pool.capacity")))
+        if self.power is not None:
+            p = self.power
+            rows.append(("power beyond the devices", f"{p.host_power:,.0f} W per node, {p.switch_power:,.0f} W of "
+                         f"scale-up switches per domain, {p.network_power:,.0f} W of network per device; "
+                         f"{p.devices_per_rack} devices a rack", _cite(self.provenance, "power.host_power")))
+        for kind, cool in self.cooling.items():
+            rows.append((f"{kind} cooling" + (" (as built)" if kind == self.cooling_kind else ""),
+                         f"PUE {cool.pue:.2f}, racks of up to {cool.rack_power_limit / 1e3:,.3g} kW",
+                         _cite(self.provenance, f"cooling.{kind}.rack_power_limit")))
         return _html_table(f"system {self.name}: {self.description}", rows)
 
 
@@ -496,10 +563,18 @@ def _validate_system(obj: "System", name: str) -> None:
     schema.check_range(obj.scale_up.domain_size, "count", f"{name}.scale_up.domain_size")
     for part in ("scale_up", "scale_out"):
         _validate_level(getattr(obj, part), f"{name}.{part}")
-    for part in ("host", "pool", "storage"):
+    for part in ("host", "pool", "storage", "power"):
         sub = getattr(obj, part)
         for f, dimension, _ in schema.SYSTEM[part] if sub is not None else ():
             schema.check_range(getattr(sub, f), dimension, f"{name}.{part}.{f}")
+    for kind, cool in obj.cooling.items():
+        if kind not in schema.COOLING_KINDS:
+            raise SnlabError(f"{name}.cooling.{kind}", "unknown kind of cooling", ", ".join(schema.COOLING_KINDS))
+        for f, dimension, _ in schema.SYSTEM["cooling"]:
+            if f != "sustained_clock" or cool.sustained_clock:
+                schema.check_range(getattr(cool, f), dimension, f"{name}.cooling.{kind}.{f}")
+    if obj.cooling and obj.cooling_kind not in obj.cooling:
+        raise SnlabError(f"{name}.cooling.kind", f"got {obj.cooling_kind!r}", ", ".join(obj.cooling))
     _validate_device(obj.device, f"{name}.device")
 
 
@@ -525,6 +600,12 @@ def _validate_device(obj: "Device", name: str) -> None:
     for f in ("gemm_half_elements", "gemm_half_elements_fp8", "gemm_half_elements_fp4"):
         schema.check_range(getattr(obj, f), "count0", f"{name}.{f}")
     schema.check_range(obj.dies, "count", f"{name}.dies")
+    if obj.tdp:   # 0: no power model
+        for f, dimension, _ in schema.DEVICE["power"]:
+            schema.check_range(getattr(obj, f), dimension, f"{name}.{f}")
+        if obj.idle_power >= obj.tdp:
+            raise SnlabError(f"{name}.idle_power", f"{obj.idle_power:g} W is not below the TDP",
+                             f"less than tdp = {obj.tdp:g} W")
     if obj.decode_attention_efficiency:   # 0: not set, gemm_efficiency applies
         schema.check_range(obj.decode_attention_efficiency, "1", f"{name}.decode_attention_efficiency")
 

@@ -193,6 +193,37 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("first_token_time", r"\tau_{f}", "s", "mean time from a wave's start to one of its requests' first token", "nonneg"),
         ("last_first_token_time", r"\tau_{f}'", "s", "the same for the last wave", "nonneg"),
     ],
+    "power and cost": [
+        ("idle_power", r"P_{idle}", "W", "device power with a model resident and no kernel running", "pos"),
+        ("tdp", r"P_{TDP}", "W", "device power limit (board or package TDP)", "pos"),
+        ("compute_activity", r"u_{c}", "1", "fraction of the time the compute units work at their achievable rate", "nonneg"),
+        ("memory_activity", r"u_{m}", "1", "fraction of the time HBM streams at its achievable bandwidth", "nonneg"),
+        ("link_activity", r"u_{l}", "1", "fraction of the time the scale-up links carry traffic", "nonneg"),
+        ("hbm_energy", r"e_{B}", "J/byte", "energy per byte streamed from or to HBM, on-chip movement included, above idle", "nonneg"),
+        ("link_energy", r"e_{L}", "J/byte", "energy per byte a device sends over its scale-up links, above idle", "nonneg"),
+        ("device_power", r"P_{dev}", "W", "power of one device", "nonneg"),
+        ("host_power", r"P_{host}", "W", "power of one node beyond its devices: CPUs, memory, NICs, fans, power conversion", "nonneg"),
+        ("switch_power", r"P_{sw}", "W", "power of one scale-up domain's switches and optics", "nonneg"),
+        ("network_power", r"P_{net}", "W", "scale-out network power per device: NIC ports, optics, its share of the switches", "nonneg"),
+        ("devices", r"N_{dev}", "1", "devices of a job", "pos"),
+        ("node_devices", r"n_{node}", "1", "devices in one node (server or compute tray)", "pos"),
+        ("domain_devices", r"n_{dom}", "1", "devices in one scale-up domain", "pos"),
+        ("it_power", r"P_{IT}", "W", "power of a job's IT equipment: devices, hosts, switches, network", "nonneg"),
+        ("pue", r"\mathrm{PUE}", "1", "power usage effectiveness: facility power over IT power (>= 1)", "pos"),
+        ("facility_power", r"P_{fac}", "W", "power a job draws from the grid, cooling and conversion included", "nonneg"),
+        ("power", "P", "W", "a power", "nonneg"),
+        ("energy_per_token", r"E_{tok}", "J", "energy per token", "nonneg"),
+        ("device_price", r"c_{h}", "$/s", "price of one device per second of rent (the hourly price / 3600)", "nonneg"),
+        ("capex", r"C_{cap}", "$", "purchase price per device, its share of the system included", "nonneg"),
+        ("lifetime", r"T_{life}", "s", "years of use the purchase is written off over, in seconds", "pos"),
+        ("fleet_utilisation", r"\rho", "1", "fraction of the paid hours the devices do this work", "pos"),
+        ("energy_price", r"c_{E}", "$/J", "price of electricity (the kWh price / 3.6e6)", "nonneg"),
+        ("cost_rate", r"\dot{C}", "$/s", "what a job costs per second of its work", "nonneg"),
+        ("cost_per_token", r"C_{tok}", "$", "cost per token", "nonneg"),
+        ("rack_power_limit", r"P_{rack}", "W", "power a rack may draw (the heat its cooling removes)", "pos"),
+        ("rack_devices", r"n_{rack}", "1", "devices in one rack", "pos"),
+        ("overhead_power", r"P_{o}", "W", "power per device beyond the device itself: its share of host, switches and network", "nonneg"),
+    ],
 }
 
 _ASSUME = {
@@ -248,29 +279,34 @@ def table_markdown() -> str:
 
 # --- dimensions ---------------------------------------------------------------------
 
-#: unit string -> dimension as exponents of the base dimensions bytes and seconds.
-#: FLOP, tokens and counts are pure numbers: a FLOP count is a number of operations,
-#: so FLOP/s has the dimension 1/s and W / F_peak is a time.
-DIMENSIONS: dict[str, tuple[int, int]] = {
-    "1": (0, 0), "FLOP": (0, 0), "bytes": (1, 0), "s": (0, 1), "bytes/s": (1, -1),
-    "FLOP/s": (0, -1), "tokens/s": (0, -1),
+#: unit string -> dimension as exponents of the base dimensions bytes, seconds, joules
+#: and dollars. FLOP, tokens and counts are pure numbers: a FLOP count is a number of
+#: operations, so FLOP/s has the dimension 1/s and W / F_peak is a time; a watt is a
+#: joule per second.
+DIMENSIONS: dict[str, tuple[int, int, int, int]] = {
+    "1": (0, 0, 0, 0), "FLOP": (0, 0, 0, 0), "bytes": (1, 0, 0, 0), "s": (0, 1, 0, 0), "bytes/s": (1, -1, 0, 0),
+    "FLOP/s": (0, -1, 0, 0), "tokens/s": (0, -1, 0, 0),
+    "J": (0, 0, 1, 0), "W": (0, -1, 1, 0), "J/byte": (-1, 0, 1, 0),
+    "$": (0, 0, 0, 1), "$/s": (0, -1, 0, 1), "$/J": (0, 0, -1, 1),
 }
+#: the base dimensions, in the order of a dimension's exponents
+BASES = ("bytes", "s", "J", "$")
 
 
-def dimension(unit: str) -> tuple[int, int]:
-    """(bytes exponent, seconds exponent) of a nomenclature unit."""
+def dimension(unit: str) -> tuple[int, int, int, int]:
+    """Exponents of bytes, seconds, joules and dollars of a nomenclature unit."""
     try:
         return DIMENSIONS[unit]
     except KeyError:
         raise ValueError(f"unit {unit!r} has no dimension; known: {', '.join(DIMENSIONS)}") from None
 
 
-def describe_dimension(dim: tuple[int, int]) -> str:
-    """A readable name of a dimension: ``(1, -1)`` -> ``'bytes/s'``."""
+def describe_dimension(dim: tuple[int, ...]) -> str:
+    """A readable name of a dimension: ``(1, -1, 0, 0)`` -> ``'bytes/s'``."""
     for unit, d in DIMENSIONS.items():
         if d == dim and unit not in ("FLOP", "tokens/s"):
             return unit
-    return f"bytes^{dim[0]} s^{dim[1]}"
+    return " ".join(f"{b}^{e}" for b, e in zip(BASES, dim) if e) or "1"
 
 
 def _check_units() -> None:

@@ -1,7 +1,7 @@
 """Unit conversion at the edges: presets, CLI flags, tables and chart axes.
 
 Inside snlab every quantity is a float in SI base units (byte, second, FLOP,
-byte/second, FLOP/second). Decimal and binary prefixes are kept apart
+byte/second, FLOP/second, watt, joule, dollar). Decimal and binary prefixes are kept apart
 (``GB = 1e9`` bytes, ``GiB = 2**30`` bytes); network rates in bits are divided by 8
 (400 Gb/s = 50e9 bytes/s).
 """
@@ -32,6 +32,8 @@ UNITS: dict[str, dict[str, float]] = {
         "TOP/s": 1e12, "POP/s": 1e15,
     },
     "s": {"s": 1.0, "ms": MS, "us": US, "µs": US, "ns": NS, "min": 60.0, "h": 3600.0},
+    "W": {"W": 1.0, "kW": 1e3, "MW": 1e6},
+    "J/byte": {"J/B": 1.0, "pJ/B": 1e-12, "pJ/bit": 8e-12},
     "1": {"": 1.0, "1": 1.0, "%": 0.01},
     "count": {"": 1.0},
 }
@@ -68,11 +70,13 @@ def fmt_bytes(x: float) -> str:
 
 
 def fmt_quantity(x: float, dimension: str) -> str:
-    """A value of ``dimension`` ("bytes", "bytes/s", "FLOP/s", "s") in the largest
+    """A value of ``dimension`` ("bytes", "bytes/s", "FLOP/s", "W", "s") in the largest
     decimal unit that keeps it at least 1: ``fmt_quantity(1e16, "bytes") == '10 PB'``."""
     if dimension == "s":
         return fmt_seconds(x)
-    suffix = {"bytes": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s"}[dimension]
+    if dimension == "J/byte":
+        return f"{x * 1e12:.3g} pJ/B"
+    suffix = {"bytes": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "W": "W"}[dimension]
     for prefix, f in (("E", 1e18), ("P", PB), ("T", TB), ("G", GB), ("M", MB), ("k", KB)):
         if abs(x) >= f:
             return f"{x / f:.3g} {prefix}{suffix}"
@@ -89,3 +93,20 @@ def fmt_seconds(x: float) -> str:
         if abs(x) >= f:
             return f"{x / f:.3g} {unit}"
     return f"{x:.3g} s"
+
+
+def fmt_watts(x: float) -> str:
+    """Human-readable power: ``fmt_watts(1.32e5) == '132 kW'``."""
+    return fmt_quantity(x, "W")
+
+
+def fmt_joules(x: float) -> str:
+    """Human-readable energy: ``fmt_joules(0.07) == '70 mJ'``, ``fmt_joules(3.6e9) == '1 MWh'``."""
+    if abs(x) >= 3.6e6:
+        for unit, f in (("GWh", 3.6e12), ("MWh", 3.6e9), ("kWh", 3.6e6)):
+            if abs(x) >= f:
+                return f"{x / f:.3g} {unit}"
+    for unit, f in (("kJ", 1e3), ("J", 1.0), ("mJ", 1e-3), ("uJ", 1e-6)):
+        if abs(x) >= f:
+            return f"{x / f:.3g} {unit}"
+    return f"{x:.3g} J"

@@ -456,6 +456,95 @@ def planner_dashboard(model: str = "llama3-70b", systems=(CLUSTER, SUPERNODE), t
     return Dashboard(controls, render, "Planner: how long, on what")
 
 
+# --- power, cooling and cost ---------------------------------------------------------------------
+
+POWER_SYSTEMS = (CLUSTER, "dgx-h100", SUPERNODE, "gb200-nvl72")
+#: the serving workload the power dashboard prices: a chat request under a 50 ms per-token target
+POWER_WORKLOAD = dict(prompt_len=1000, output_len=500, tpot_target=0.05)
+
+
+@functools.lru_cache(maxsize=128)
+def _best_batch(model: str, system: str, cooling: str | None) -> int:
+    """The batch with the best throughput per device under the workload's time-per-token target."""
+    from .serving import serve_best
+    return serve_best(model, system, tp=power_tp(model, system), cooling=cooling, **POWER_WORKLOAD).deployment["batch"]
+
+
+def power_tp(model: str, system: str) -> int:
+    """One replica per device for a model that fits one, else the node's devices."""
+    s, m = load_system(system), load_model(model)
+    return 1 if 2.2 * m.params < s.device.hbm_capacity else s.devices_per_node
+
+
+def power_frame(results: dict) -> pd.DataFrame:
+    """Serving or training results by system as rows with the sweep's power column names,
+    for charts: energy per token (facility and devices), cost per million tokens (NaN
+    without prices), power per device, the cooling, its PUE and the devices' clock."""
+    rows = [{"system": name, "energy_per_token_j": r.energy_per_token_j,
+             "device_energy_per_token_j": r.power["device_energy_per_token_j"],
+             "cost_per_million_tokens_usd": float("nan") if r.cost_per_million_tokens_usd is None
+             else r.cost_per_million_tokens_usd,
+             "device_power_w": r.device_power_w, "cooling": r.cooling, "pue": r.power["pue"],
+             "clock": r.power["sustained_clock"]} for name, r in results.items()]
+    return pd.DataFrame(rows)
+
+
+def power_dashboard(model: str = "llama3-70b", systems=POWER_SYSTEMS, cooling: str = "as built", kwh: float = 0.08,
+                    pue: float | None = None, utilisation: float = 1.0, years: float = 4.0) -> Dashboard:
+    """Serving a chat workload on each system: facility energy [J] and cost [$] per
+    output token at the best batch under 50 ms per token, with the devices bought at the
+    dated example prices (snlab.energy.example_prices) and written off over ``years``.
+    Sliders: the kWh price, the PUE (or the cooling's), the cooling, and the share of
+    the paid hours the devices serve."""
+    from .energy import Prices, example_prices
+    systems = tuple(load_system(s).name for s in systems)
+    # 0 stands for the cooling's own PUE (a selection slider has no empty value)
+    pues = [("the cooling's", 0.0), *[(f"{x:.2f}", x) for x in (1.05, 1.1, 1.2, 1.3, 1.4, 1.56, 1.8, 2.0)]]
+    controls = {
+        "model": _dropdown("model", _model_options(["llama3.2-1b", "llama3-8b", "llama3-70b"]), load_model(model).name),
+        "cooling": W.ToggleButtons(options=["as built", "air", "liquid"], value=cooling, description="cooling"),
+        "kwh": _slider("electricity [$/kWh]", sorted({0.03, 0.05, 0.08, 0.12, 0.2, 0.3, kwh}), kwh),
+        "pue": W.SelectionSlider(options=pues, value=pue or 0.0, description="PUE", continuous_update=False,
+                                 style={"description_width": "initial"}),
+        "utilisation": _slider("hours used", [0.2, 0.4, 0.6, 0.8, 1.0], utilisation),
+    }
+
+    def render(v: dict) -> View:
+        from .serving import serve
+        cooling_kind = None if v["cooling"] == "as built" else v["cooling"]
+        results, skipped = {}, []
+        for name in systems:
+            try:
+                batch = _best_batch(v["model"], name, cooling_kind)
+                base = example_prices(name, rent=False)
+                prices = Prices(capex=base.capex, years=years, kwh=v["kwh"], utilisation=v["utilisation"])
+                r = serve(v["model"], name, tp=power_tp(v["model"], name), batch=batch, cooling=cooling_kind,
+                          pue=v["pue"] or None, prices=prices, prompt_len=POWER_WORKLOAD["prompt_len"],
+                          output_len=POWER_WORKLOAD["output_len"])
+            except SnlabError as exc:
+                skipped.append(f"{name}: {exc.problem}")
+                continue
+            results[name] = r
+        if not results:
+            raise SnlabError("cooling", "no system runs under this cooling: " + "; ".join(skipped), "another cooling")
+        frame = power_frame(results)
+        frame["batch"] = [r.deployment["batch"] for r in results.values()]
+        rows = frame.to_dict("records")
+        order = list(results)
+        energy = charts.metric_chart(frame, x="system", y="energy_per_token_j", mark="bar", sort=order,
+                                     title=f"{v['model']}: facility energy per output token", width=240)
+        cost = charts.metric_chart(frame, x="system", y="cost_per_million_tokens_usd", mark="bar", sort=order,
+                                   title="Cost per million output tokens", width=240)
+        table = [{"system": r["system"], "cooling": f"{r['cooling']} (PUE {r['pue']:.2f}, clock {r['clock']:.2f})",
+                  "batch": f"{r['batch']:,}", "power per device": f"{r['device_power_w']:,.0f} W",
+                  "J per token": f"{r['energy_per_token_j']:.3g}",
+                  "$ per million tokens": f"{r['cost_per_million_tokens_usd']:.3g}"} for r in rows]
+        note = ("Cannot run: " + "; ".join(skipped) + ".") if skipped else ""
+        return View({"energy": energy, "cost": cost}, _table(table), note)
+
+    return Dashboard(controls, render, "Power and cost: per token, per watt, per dollar")
+
+
 # --- predict, then check ------------------------------------------------------------------------
 
 class Quiz:

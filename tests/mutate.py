@@ -35,6 +35,8 @@ TARGETS = {
     "snlab/serving/offline.py": ["tests/test_serving_engine.py"],
     "snlab/network.py": ["tests/test_training_parts.py", "tests/test_serving_parts.py", "tests/test_collectives.py",
                          "tests/test_serving_microbench.py"],
+    "snlab/energy.py": ["tests/test_power_parts.py"],
+    "snlab/power_cooling.py": ["tests/test_power_parts.py"],
 }
 #: mutants that cannot change a result: (module, a fragment of the source line, the
 #: mutation, for a constant optionally with " in <its expression>") and why. An entry

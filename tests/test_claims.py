@@ -13,7 +13,7 @@ from snlab.claims import CONDITIONAL, FAILS, HOLDS
 EXPECTED = {
     "C1": HOLDS, "C2": CONDITIONAL, "C3": FAILS, "C4/C5": CONDITIONAL, "C6": CONDITIONAL, "C7": FAILS,
     "C8": FAILS, "C9": CONDITIONAL, "C10": CONDITIONAL, "C11": CONDITIONAL, "C12": FAILS, "C13": CONDITIONAL,
-    "C14": HOLDS, "C15": CONDITIONAL, "C16": HOLDS,
+    "C14": FAILS, "C15": CONDITIONAL, "C16": HOLDS,
 }
 
 
@@ -60,10 +60,14 @@ FLIPS = [
                                cases={"8B at s=256": ("llama3-8b", 256, dict(tp=8, pp=8, dp=1, global_batch=512,
                                                                             recompute="selective"))}), HOLDS),
     ("C13", lambda: claims.c13(system=_system("cloudmatrix384", pool_bandwidth=40e9)), FAILS),
-    ("C14", lambda: claims.c14(model="llama3-70b", tp=8, tpot_target=0.2), FAILS),
-    ("C15", lambda: claims.c15(communication_bound="dgx-h100"), HOLDS),
+    # a supernode device bought at 60 k$ costs more per token than the cluster's
+    ("C14", lambda: claims.c14(supernode_prices={"capex": 60000, "kwh": 0.056}), HOLDS),
+    # an air room that removes 45 kW per rack takes the supernode's racks at full clock
+    ("C15", lambda: claims.c15(air_rack_limit="45 kW"), FAILS),
     # the hand sizing asks for 161 devices where a plan fits 128
     ("C16", lambda: claims.c16(seq_len=262144, global_batch=384, devices=128), FAILS),
+    # one supernode's plan draws more than a 500 kW building can give it
+    ("C16", lambda: claims.c16(power_budget="500 kW"), FAILS),
 ]
 
 

@@ -59,10 +59,13 @@ def test_train_json_is_one_object_with_the_result_keys(train_json):
 def test_train_json_is_what_the_api_gives(train_json):
     result = snlab.train("megatron-1t", "dgx-a100", **PLAN)
     api = json.loads(json.dumps(result.to_dict()))
-    assert {k: v for k, v in train_json.items() if k != "time_to_train_s"} == api
-    # --tokens adds the time to train that many tokens
+    added = ("time_to_train_s", "energy_to_train_j", "cost_to_train_usd")
+    assert {k: v for k, v in train_json.items() if k not in added} == api
+    # --tokens adds the time to train that many tokens, the facility energy and (with prices) the cost
     assert train_json["time_to_train_s"] == pytest.approx(450e9 / train_json["tokens_per_s"], rel=1e-12)
     assert train_json["time_to_train_s"] == pytest.approx(result.time_to_train_s(450e9), rel=1e-12)
+    assert train_json["energy_to_train_j"] == pytest.approx(result.energy_to_train_j(450e9), rel=1e-12)
+    assert train_json["cost_to_train_usd"] is None
 
 
 def test_a_toml_copy_of_the_system_gives_identical_json(tmp_path, train_json):

@@ -175,3 +175,21 @@ def test_planner_dashboard():
     assert dash.error is not None and dash.error.startswith("plan:")
     dash.controls["devices"].value = 384
     assert dash.error is None
+
+
+def test_power_dashboard():
+    dash = widgets.power_dashboard(model="llama3-8b")
+    assert set(dash.charts) == {"energy", "cost"}
+    before, after = _move(dash, "kwh", 0.3)
+    cost = {v["system"]: v["metric"] for v in after["cost"]["data"]["values"]}
+    old = {v["system"]: v["metric"] for v in before["cost"]["data"]["values"]}
+    assert all(cost[s] > old[s] for s in cost)                     # dearer electricity, dearer tokens
+    assert after["energy"]["data"] == before["energy"]["data"]     # the same joules
+    before, after = _move(dash, "pue", 2.0)
+    energy = {v["system"]: v["metric"] for v in after["energy"]["data"]["values"]}
+    assert all(energy[s] > v for s, v in {v["system"]: v["metric"] for v in before["energy"]["data"]["values"]}.items())
+    before, after = _move(dash, "utilisation", 0.4)
+    assert after["cost"]["data"] != before["cost"]["data"]
+    dash.controls["cooling"].value = "air"
+    assert dash.error is None and "gb200-nvl72" in dash.message.value      # it cannot run in air: said, not raised
+    assert "gb200-nvl72" not in {v["system"] for v in dash.charts["energy"].chart.to_dict()["data"]["values"]}

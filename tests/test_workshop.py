@@ -141,14 +141,28 @@ def test_08_deep_pipeline_error():
     assert f"({big.error:+.1%} against {small.error:+.1%})" in section("08")
 
 
-def test_09_throttling_costs_a_communication_bound_job_less():
+def test_09_air_cooling_costs_a_liquid_built_supernode_more_than_a_fifth():
     numbers = claims.c15().numbers
-    lost = {s: numbers[f"throughput lost at 0.8 clock, {s}"] for s in ("dgx-a100", "pcie-ethernet-a100")}
-    answer = min(lost, key=lost.get)
+    lost = numbers["throughput lost under air, cloudmatrix384"]
+    answer = "less than 15%" if lost < 0.15 else "about 20%" if lost <= 0.25 else "more than 25%"
     assert answer_in("09") == answer
-    assert f"({lost['pcie-ethernet-a100']:.1%} lost against {lost['dgx-a100']:.1%}" in section("09")
+    assert f"({lost:.0%}: its racks would draw {numbers['rack power at full clock, cloudmatrix384 [kW]']:.0f} kW" \
+        in section("09")
+    assert f"the clock falls to {numbers['sustained clock under air, cloudmatrix384']:.2f}" in section("09")
 
 
-@pytest.mark.parametrize("number", ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09"])
+def test_10_the_least_energy_per_token_and_the_cost_ratio():
+    systems = list(widgets.POWER_SYSTEMS)
+    served = {s: snlab.serve_best("llama3-8b", s, tp=1, **widgets.POWER_WORKLOAD) for s in systems}
+    joules = {s: r.energy_per_token_j for s, r in served.items()}
+    least = min(joules, key=joules.get)
+    assert answer_in("10") == least
+    assert f"({joules[least]:.2g} J against {joules[CLUSTER]:.2g} J on the PCIe cluster" in section("10")
+    cost = {s: snlab.serve_best("llama3-70b", s, tp=widgets.power_tp("llama3-70b", s), prices="example-purchase",
+                                **widgets.POWER_WORKLOAD).cost_per_million_tokens_usd for s in (CLUSTER, SUPERNODE)}
+    assert f"({cost[CLUSTER] / cost[SUPERNODE]:.1f} times" in section("10")
+
+
+@pytest.mark.parametrize("number", ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10"])
 def test_every_lesson_has_an_answer(number):
     assert answer_in(number)

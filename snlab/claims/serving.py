@@ -87,33 +87,66 @@ def c13(system="cloudmatrix384") -> Verdict:
                    decisions)
 
 
-def c14(model="llama3.2-1b", system="cloudmatrix384", tp=1, tpot_target=0.05) -> Verdict:
-    """C14: a model of a few billion parameters wastes a supernode."""
+def c14(model="llama3.2-1b", cluster="pcie-ethernet-a100", supernode="cloudmatrix384", tp=1, tpot_target=0.05,
+        cluster_prices="example-purchase", supernode_prices="example-purchase") -> Verdict:
+    """C14: a model of a few billion parameters wastes a supernode; a small cluster with
+    dynamic batching is more cost-effective. Decided on the cost per million output tokens
+    at the best batch under a time-per-token target (continuous batching, prefills
+    included), cluster against supernode with and without its pool, each at its own
+    prices (by default the dated example purchase prices with the electricity of the
+    region each typically runs in: :func:`snlab.energy.example_prices`)."""
     from ..presets import system as load
     from ..serving import serve_best
-    cm = load(system)
+    cm, cl = load(supernode), load(cluster)
     kw = dict(tpot_target=tpot_target, prompt_len=1000, output_len=500, tp=tp)
-    with_pool = serve_best(model, cm, **kw)
-    alone = serve_best(model, cm.replace(pool=None), **kw)
-    bus = with_pool.time_s["tp"] + with_pool.time_s["ep"]
+    small = serve_best(model, cl, prices=cluster_prices, **kw)
+    with_pool = serve_best(model, cm, prices=supernode_prices, **kw)
+    alone = serve_best(model, cm.replace(pool=None), prices=supernode_prices, **kw)
+    cost = {"cluster": small.cost_per_million_tokens_usd, "supernode with its pool": with_pool.cost_per_million_tokens_usd,
+            "supernode without its pool": alone.cost_per_million_tokens_usd}
+    ratio = min(cost["supernode with its pool"], cost["supernode without its pool"]) / cost["cluster"]
     gain = with_pool.decode_tokens_per_s_per_device / alone.decode_tokens_per_s_per_device
-    band = _decode_band(cm)
-    decisions = (Decision("bus traffic per decode step [s]", bus, 0.0, False,
-                          basis="whether a replica spans devices: a property of the plan"),
-                 Decision("throughput per device, with the pool over without", gain, 1.5, False, band))
+    bus = with_pool.time_s["tp"] + with_pool.time_s["ep"]
+    even = _break_even_capex(with_pool, cost["cluster"])
+    decisions = (Decision("cost per token, supernode over cluster", ratio, 1.0, True, _decode_band(cm)),
+                 Decision("throughput per device, with the pool over without", gain, 1.5, False, _decode_band(cm)))
+    numbers = {f"cost per million output tokens, {k} [$]": v for k, v in cost.items()}
+    numbers.update({"facility energy per output token, cluster [J]": small.energy_per_token_j,
+                    "facility energy per output token, supernode [J]": with_pool.energy_per_token_j,
+                    "best batch, cluster": small.deployment["batch"], "best batch, supernode": with_pool.deployment["batch"],
+                    "bus traffic per decode step, supernode [s]": bus,
+                    "throughput per device, with the pool over without": gain})
     return Verdict("C14", "A model of a few billion parameters wastes a supernode; a small cluster with dynamic "
                           "batching is more cost-effective.", verdict_of(decisions),
-                   "the pool is used to hold a far larger batch: the bus carries no model traffic, but the pool "
-                   "raises throughput per device (lenders counted) by the factor shown",
-                   {"devices per replica": with_pool.devices, "bus traffic per step [s]": bus,
-                    "best batch with the pool": with_pool.deployment["batch"],
-                    "best batch without the pool": alone.deployment["batch"],
-                    "devices lending HBM": with_pool.lender_devices,
-                    "throughput per device, with the pool over without": gain},
-                   f"{model} (tp {tp}) under a {tpot_target * 1e3:.0f} ms time-per-token target on {cm.name}, with "
-                   "and without the pool. snlab "
-                   "has no prices: cost-effectiveness is the throughput gain against the price of a supernode "
-                   "device over a stand-alone one.", decisions)
+                   "a supernode device costs more per token than a cluster device: its price over its rate",
+                   numbers,
+                   f"{model} (tp {tp}) under a {tpot_target * 1e3:.0f} ms time-per-token target, continuous batching "
+                   f"with prefills: {cl.name} against {cm.name}, each at its prices ({_price_text(small)}; "
+                   f"{_price_text(with_pool)}). The model never crosses the bus, and the pool adds a factor "
+                   f"{gain:.2f}; what decides the cost is each device's price over its decode rate. At these "
+                   f"prices the supernode's device would have to cost about ${even:,.0f} for the two to cost "
+                   "the same per token. The prices are dated examples, not quotes: pass your own.", decisions)
+
+
+def _break_even_capex(result, target_per_million: float) -> float:
+    """The purchase price per device at which ``result`` would cost ``target_per_million``
+    dollars per million tokens, its electricity and rate unchanged [$] (NaN when it is rented)."""
+    p, pw = result.power["prices"], result.power
+    if not p["capex"]:
+        return float("nan")
+    tokens_per_s = pw["cost_per_hour_usd"] / 3600.0 / (pw["cost_per_million_tokens_usd"] / 1e6)
+    devices = result.devices + result.lender_devices
+    energy_rate = pw["facility_power_w"] * p["kwh"] / 3.6e6
+    lifetime = p["years"] * 365.25 * 86400.0
+    return (target_per_million / 1e6 * tokens_per_s - energy_rate) * lifetime * p["utilisation"] / devices
+
+
+def _price_text(result) -> str:
+    p = result.power["prices"]
+    if p["device_hour"]:
+        return f"{result.system} rented at ${p['device_hour']:.2f} per device-hour"
+    return (f"{result.system} bought at ${p['capex']:,.0f} per device over {p['years']:g} years, "
+            f"electricity at ${p['kwh']:.3f} per kWh")
 
 
 __all__ = ["c9", "c10", "c13", "c14", "CONDITIONAL", "FAILS", "HOLDS"]

@@ -199,50 +199,104 @@ def c12(cluster="pcie-ethernet-a100", supernode="cloudmatrix384", cases=None) ->
                    "best.", (d,))
 
 
-def c15(compute_bound="dgx-a100", communication_bound="pcie-ethernet-a100", clock=0.8) -> Verdict:
-    """C15: air cooling throttled the chips and cost about 20% of compute."""
+def c15(supernode="cloudmatrix384", cluster="dgx-h100", air_rack_limit=None) -> Verdict:
+    """C15: air cooling throttled the chips and cost about 20% of compute. Decided on the
+    clock each system sustains under air cooling (:func:`snlab.power_cooling.cooling_state`):
+    the supernode, built for liquid, in a conventional air-cooled room (its preset's
+    ``[cooling.air]``, or a room removing ``air_rack_limit`` per rack), against a cluster
+    built for air; and the training throughput that clock costs."""
+    from ..power_cooling import cooling_state
+    from ..presets import system as load
+    from ..specs import Cooling
     from ..training import train
     plan = dict(tp=8, pp=16, dp=2, micro_batch=1, global_batch=512, recompute="full")
-    lost = {}
-    for name in (compute_bound, communication_bound):
-        cool = train("llama3-70b", name, **plan)
-        hot = train("llama3-70b", name, sustained_clock=clock, **plan)
-        lost[name] = 1 - hot.tokens_per_s / cool.tokens_per_s
-    decisions = (Decision(f"throughput lost at {clock} clock, {compute_bound}", lost[compute_bound], 0.15, True,
-                          _band(compute_bound)),
-                 Decision(f"throughput lost at {clock} clock, {communication_bound}", lost[communication_bound],
-                          0.15, True, _band(communication_bound)))
+    sn = load(supernode)
+    if air_rack_limit is not None:
+        from ..units import parse_quantity
+        limit = parse_quantity(air_rack_limit, "W", "air_rack_limit")[0] if isinstance(air_rack_limit, str) \
+            else float(air_rack_limit)
+        cools = dict(sn.cooling)
+        cools["air"] = Cooling(kind="air", pue=cools["air"].pue, rack_power_limit=limit)
+        sn = sn.replace(cooling=cools)
+    lost, states = {}, {}
+    for system in (sn, load(cluster)):
+        states[system.name] = cooling_state(system, "air")
+        design = train("llama3-70b", system, **plan)
+        air = train("llama3-70b", system, cooling="air", **plan)
+        lost[system.name] = 1 - air.tokens_per_s / design.tokens_per_s
+    cs, cc = states[sn.name], states[load(cluster).name]
+    decisions = (Decision(f"throughput lost under air cooling, {sn.name}", lost[sn.name], 0.15, True, _band(supernode)),
+                 Decision(f"throughput lost under air cooling, {cc.kind} room, {cluster}", lost[load(cluster).name],
+                          0.15, True, _band(cluster)))
+    # the rack power at which the supernode's clock would lose 15%: each device at its idle
+    # power, 85% of its dynamic power and its share of the rack's host
+    full_kw = cs.rack_full_power_w / 1e3
+    dev = sn.device
+    overhead = cs.rack_full_power_w / cs.devices_per_rack - dev.tdp
+    edge_kw = cs.devices_per_rack * (overhead + dev.idle_power + 0.85 * (dev.tdp - dev.idle_power)) / 1e3
     return Verdict("C15", "Air cooling let the chips throttle and cost about 20% of compute.", verdict_of(decisions),
-                   "the job is compute-bound: a 20% lower sustained clock costs a compute-bound job nearly 20% "
-                   "of throughput, a communication-bound one much less",
-                   {f"throughput lost at {clock} clock, {k}": v for k, v in lost.items()},
-                   "sustained_clock derates peak FLOPs (compute wall) and leaves links and HBM alone; "
-                   "llama3-70b, tp 8, pp 16, dp 2.", decisions)
+                   f"the system was built for liquid and its racks stand in an air-cooled room that removes less "
+                   f"than about {edge_kw:.0f} kW per rack (they draw {full_kw:.0f} kW at full clock); a system "
+                   "built for air loses nothing to it",
+                   {f"sustained clock under air, {sn.name}": cs.sustained_clock,
+                    f"rack limit of the air room, {sn.name} [kW]": cs.rack_power_limit_w / 1e3,
+                    f"rack power at full clock, {sn.name} [kW]": full_kw,
+                    f"throughput lost under air, {sn.name}": lost[sn.name],
+                    f"sustained clock under air, {cluster}": cc.sustained_clock,
+                    f"throughput lost under air, {cluster}": lost[load(cluster).name],
+                    "measured air against liquid, 8 x H100 under a GPU burn (Latif et al. 2025)": 1 - 46 / 54},
+                   "The clock follows from the heat a rack's cooling removes: devices held to the rack's power "
+                   "give up the dynamic power they cannot draw, and their clock with it (snlab.walls.power."
+                   "thermal_clock; at a fixed voltage, an upper bound on the loss). llama3-70b, tp 8, pp 16, dp 2. "
+                   "Measured: an air-cooled H100 node ran a sustained GPU burn 17% slower than a liquid-cooled "
+                   "one (Latif et al. 2025, two different machines); Llama 3's 16k H100s varied 1-2% with the "
+                   "day's temperature (Dubey et al. 2024). The article's 20% is one report of a supernode built "
+                   "for liquid, in air-cooled racks.", decisions)
 
 
-def c16(model="llama3-405b", system="cloudmatrix384", devices=384, global_batch=1024, seq_len=None) -> Verdict:
+def c16(model="llama3-405b", system="cloudmatrix384", devices=384, global_batch=1024, seq_len=None,
+        power_budget=None) -> Verdict:
     """C16: size the job first from parameters, batch and context, then choose one
     supernode or several. Tested by whether the sizing a reader can do by hand (model
     states at 16 bytes per parameter, plus one layer input per layer and token kept for
-    recomputation) agrees with the fastest plan ``search`` finds on one supernode."""
+    recomputation) agrees with the fastest plan ``search`` finds on one supernode; and,
+    given a ``power_budget`` [W or e.g. '1 MW'], whether that plan's facility power fits
+    it. The numbers give each choice's power and racks: one supernode, and two."""
     from ..presets import model as load_model
     from ..presets import system as load_system
     from ..training import search
+    from ..training.planner import power_budget_w
     m, s = load_model(model), load_system(system)
     seq = seq_len or m.seq_len
     states = 16 * m.params
     activations = 2.0 * m.hidden_size * m.layers * seq * global_batch / 32    # full recompute, 1/32 of the batch in flight
     estimate = math.ceil((states + activations) / s.device.usable_memory)
     df = search(m, s, devices=devices, global_batch=global_batch, seq_len=seq, top=1)
+    two = search(m, s, devices=2 * devices, global_batch=global_batch, seq_len=seq, top=1)
     feasible = not df.empty
     agree = (estimate <= devices) == feasible
-    d = Decision("hand sizing and the planner agree (1 yes, 0 no)", float(agree), 1.0, True,
-                 basis="a yes-or-no agreement between the estimate and the planner")
+    decisions = [Decision("hand sizing and the planner agree (1 yes, 0 no)", float(agree), 1.0, True,
+                          basis="a yes-or-no agreement between the estimate and the planner")]
+    budget = power_budget_w(power_budget)
+    numbers = {"devices the hand sizing asks for": estimate, "devices of one supernode": devices,
+               "a plan fits one supernode": feasible,
+               "best MFU on one supernode": float(df.iloc[0].mfu) if feasible else 0.0}
+    for label, frame in (("one supernode", df), ("two supernodes", two)):
+        if not frame.empty and "facility_power_w" in frame:
+            row = frame.iloc[0]
+            numbers.update({f"facility power, {label} [kW]": float(row.facility_power_w) / 1e3,
+                            f"racks, {label}": int(row.racks),
+                            f"energy per training token, {label} [J]": float(row.energy_per_token_j),
+                            f"tokens per second, {label}": float(row.tokens_per_s)})
+    if budget is not None:
+        power = float(df.iloc[0].facility_power_w) if feasible else math.inf
+        decisions.append(Decision("facility power of the plan on one supernode [W]", power, budget, False,
+                                  basis="the power model's sum over devices, hosts, switches and the PUE"))
     return Verdict("C16", "Size the job first: estimate memory and compute from parameters, batch and context, "
-                          "then choose one supernode or several.", HOLDS if d.passes else FAILS, "",
-                   {"devices the hand sizing asks for": estimate, "devices of one supernode": devices,
-                    "a plan fits one supernode": feasible,
-                    "best MFU on one supernode": float(df.iloc[0].mfu) if feasible else 0.0},
+                          "then choose one supernode or several.", HOLDS if all(d.passes for d in decisions) else FAILS,
+                   "", numbers,
                    f"{model}, {global_batch} sequences of {seq:,} tokens, on {system}: the hand estimate says "
                    f"{'one supernode' if estimate <= devices else 'several supernodes'}; snlab.search "
-                   f"{'finds' if feasible else 'finds no'} plan that fits {devices} devices.", (d,))
+                   f"{'finds' if feasible else 'finds no'} plan that fits {devices} devices. The power and racks "
+                   "are what each choice asks of the building"
+                   + (f"; the budget is {budget / 1e3:,.0f} kW." if budget is not None else "."), tuple(decisions))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..errors import SnlabError
-from ..units import fmt_bytes, fmt_seconds
-from . import plan_flags
+from ..units import fmt_bytes, fmt_joules, fmt_seconds, fmt_watts
+from . import plan_flags, power_flags
 from .common import print_json, side_by_side
 
 ROWS = [
@@ -27,6 +27,12 @@ ROWS = [
     ("memory/device", lambda r: fmt_bytes(r.memory_bytes_per_device["total"])),
     ("fits", lambda r: "yes" if r.fits else "NO"),
     ("limited by", lambda r: r.limited_by),
+    ("power per device", lambda r: "-" if r.device_power_w is None else fmt_watts(r.device_power_w)),
+    ("facility power", lambda r: "-" if r.facility_power_w is None else fmt_watts(r.facility_power_w)),
+    ("racks", lambda r: "-" if not r.power else f"{r.power['racks']:,}"),
+    ("energy per token", lambda r: "-" if r.energy_per_token_j is None else fmt_joules(r.energy_per_token_j)),
+    ("$ per million tokens", lambda r: "-" if r.cost_per_million_tokens_usd is None
+                                       else f"{r.cost_per_million_tokens_usd:,.4g}"),
 ]
 
 
@@ -34,6 +40,7 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="one training plan on several systems, side by side")
     p.add_argument("--systems", required=True, help="comma-separated system names or .toml paths")
     plan_flags.add(p)
+    power_flags.add(p)
     p.set_defaults(func=run)
 
 
@@ -42,7 +49,8 @@ def run(args) -> int:
     systems = [s for s in args.systems.split(",") if s]
     if not systems:
         raise SnlabError("systems", "empty", "comma-separated system names or .toml paths")
-    results = [train(args.model, s, precision=args.precision, **plan_flags.plan(args)) for s in systems]
+    power = power_flags.options(args)
+    results = [train(args.model, s, precision=args.precision, **plan_flags.plan(args), **power) for s in systems]
     if args.json:
         print_json([r.to_dict() for r in results])
         return 0

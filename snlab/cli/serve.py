@@ -8,9 +8,10 @@ Flags are read as text and converted here, so that a bad value ends in one
 from __future__ import annotations
 
 from ..errors import SnlabError
-from ..units import fmt_bytes, fmt_seconds
+from ..units import fmt_bytes, fmt_joules, fmt_seconds, fmt_watts
 from ..serving.deployment import MAX_REQUESTS
 from ..serving.planner import MAX_COUNT, MAX_DEGREE, MAX_DRAFT_TOKENS
+from . import power_flags
 from .common import count, number, print_json, seconds, side_by_side
 
 #: flag -> (kind, help); kinds: "int" (whole number >= 1, k/M suffixes), "int0" (>= 0),
@@ -65,6 +66,7 @@ def register(sub) -> None:
                    help="pick the batch with the best throughput whose time per output token is within T "
                         "(e.g. 50ms); --batch is then ignored")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    power_flags.add(p)
     p.set_defaults(func=run)
 
 
@@ -112,9 +114,10 @@ def deployment(args) -> dict:
 
 def _evaluate(args, system: str, dep: dict):
     from ..serving import serve, serve_best
+    power = power_flags.options(args)
     if args.tpot_target is not None:
-        return serve_best(args.model, system, tpot_target=seconds("tpot_target", args.tpot_target), **dep)
-    return serve(args.model, system, **dep)
+        return serve_best(args.model, system, tpot_target=seconds("tpot_target", args.tpot_target), **dep, **power)
+    return serve(args.model, system, **dep, **power)
 
 
 def _rate(x: float) -> str:
@@ -146,6 +149,11 @@ ROWS = [
     ("largest context at batch", lambda r: f"{r.limits['max_context']:,}"),
     ("fits", lambda r: "yes" if r.fits else "NO"),
     ("limited by", lambda r: r.limited_by),
+    ("power per device", lambda r: "-" if r.device_power_w is None else fmt_watts(r.device_power_w)),
+    ("facility power", lambda r: "-" if r.facility_power_w is None else fmt_watts(r.facility_power_w)),
+    ("energy per output token", lambda r: "-" if r.energy_per_token_j is None else fmt_joules(r.energy_per_token_j)),
+    ("$ per million output tokens", lambda r: "-" if r.cost_per_million_tokens_usd is None
+                                              else f"{r.cost_per_million_tokens_usd:,.4g}"),
 ]
 #: the offline scenario's rows, shown before the fixed batch's when the scenario is offline
 OFFLINE_ROWS = [

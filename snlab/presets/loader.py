@@ -21,8 +21,8 @@ from typing import Any, Union
 
 from .. import schema
 from ..errors import SnlabError, UnknownPresetError
-from ..specs import (MLA, Device, FrozenMap, HostLink, Level, MemoryPool, Model, MoE, Provenance,
-                     Storage, System, validate)
+from ..specs import (MLA, Cooling, Device, FrozenMap, HostLink, Level, MemoryPool, Model, MoE, Provenance,
+                     Storage, System, SystemPower, validate)
 from ..units import parse_quantity, to_si
 
 DATA = Path(__file__).parent / "data"
@@ -38,7 +38,7 @@ PresetLike = Union[str, Path, Device, System, Model]
 # --- reading numbers ------------------------------------------------------------------
 
 def _number(raw: Any, dimension: str, field: str, defaults: dict) -> tuple[float, Provenance]:
-    unit_dim = {"count": "count", "count0": "count", "bytes0": "bytes", "fraction0": "1", "factor": "1"}.get(dimension, dimension)
+    unit_dim = schema.unit_dimension(dimension)
     meta = {k: defaults.get(k, "") for k in schema.META}
     if isinstance(raw, dict):
         unknown = set(raw) - {"value", "unit", *schema.META}
@@ -128,7 +128,8 @@ def _device(doc: dict, where: str, base=None, depth: int = 0) -> Device:
     compute = _section(doc, "compute", schema.DEVICE["compute"], where, top, prov)
     memory = _section(doc, "memory", schema.DEVICE["memory"], where, top, prov)
     cal = _section(doc, "calibration", schema.DEVICE["calibration"], where, top, prov)
-    return Device(
+    power = _section(doc, "power", schema.DEVICE["power"], where, top, prov) if "power" in doc else {}
+    device = Device(
         name=_string(doc, "name", where), description=_string(doc, "description", where, False),
         vendor=_string(doc, "vendor", where, False), family=_string(doc, "family", where, False),
         peak_flops=FrozenMap({p: compute[p] for p in schema.PRECISIONS if p in compute}),
@@ -142,7 +143,11 @@ def _device(doc: dict, where: str, base=None, depth: int = 0) -> Device:
         gemm_efficiency_fp4=cal.get("gemm_efficiency_fp4", 0.0), kernel_floor=cal.get("kernel_floor", 0.0),
         decode_attention_floor=cal.get("decode_attention_floor", 0.0), launch_overhead=cal.get("launch_overhead", 0.0),
         **{f: cal.get(f, 0.0) for f in ("gemm_half_elements", "gemm_half_elements_fp8", "gemm_half_elements_fp4")},
+        **{f: power.get(f, 0.0) for f, _, _ in schema.DEVICE["power"]},
         provenance=MappingProxyType(prov))
+    if power:
+        validate(device)
+    return device
 
 
 def _system(doc: dict, where: str, base: Path | None = None, depth: int = 0) -> System:
@@ -177,6 +182,12 @@ def _system(doc: dict, where: str, base: Path | None = None, depth: int = 0) -> 
         vals["technology"] = _string(doc[part], "technology", f"{where}.{part}", False)
         levels[part] = vals
     up = levels["scale_up"]
+    power = None
+    if "power" in doc:
+        vals = _section(doc, "power", schema.SYSTEM["power"], where, top, prov, schema.STRINGS["system"]["power"])
+        power = SystemPower(**vals, rack_split=_flag(doc["power"], "rack_split", f"{where}.power")
+                            if "rack_split" in doc["power"] else True)
+    kinds, kind = _cooling(doc, where, top, prov)
     system = System(
         name=_string(doc, "name", where), description=_string(doc, "description", where, False),
         device=device, devices_per_node=top_vals["devices_per_node"],
@@ -186,9 +197,37 @@ def _system(doc: dict, where: str, base: Path | None = None, depth: int = 0) -> 
         host=HostLink(**levels["host"]),
         pool=MemoryPool(**levels["pool"]) if "pool" in levels else None,
         storage=Storage(**levels["storage"]) if "storage" in levels else None,
+        power=power, cooling=FrozenMap(kinds), cooling_kind=kind,
         provenance=MappingProxyType(prov))
     validate(system)
     return system
+
+
+def _cooling(doc: dict, where: str, top: dict, prov: dict) -> tuple[dict, str]:
+    """The ``[cooling]`` table: ``kind`` (the cooling the system is built for) and one
+    sub-table per kind of cooling it can run under (``[cooling.air]``, ``[cooling.liquid]``)."""
+    table = doc.get("cooling")
+    if table is None:
+        return {}, ""
+    label = f"{where}.cooling"
+    if not isinstance(table, dict):
+        raise SnlabError(label, "must be a table", "[cooling] with kind and [cooling.air] / [cooling.liquid]")
+    local = dict(top)
+    local.update({k: table[k] for k in schema.META if isinstance(table.get(k), str)})
+    unknown = [k for k in table if k not in ("kind", *schema.COOLING_KINDS, *schema.META)]
+    if unknown:
+        raise SnlabError(f"{label}.{unknown[0]}", "unknown field", "kind, " + ", ".join(schema.COOLING_KINDS))
+    kinds = {}
+    for name in schema.COOLING_KINDS:
+        if name in table:
+            sub_prov: dict = {}
+            vals = _section(table, name, schema.SYSTEM["cooling"], label, local, sub_prov)
+            kinds[name] = Cooling(kind=name, **vals)
+            prov.update({f"cooling.{k}": v for k, v in sub_prov.items()})
+    kind = _string(table, "kind", label)
+    if kind not in kinds:
+        raise SnlabError(f"{label}.kind", f"got {kind!r}", ", ".join(kinds) or "a [cooling.<kind>] table first")
+    return kinds, kind
 
 
 def _model(doc: dict, where: str, base=None, depth: int = 0) -> Model:

@@ -13,7 +13,8 @@ from .. import schema
 from ..specs import Device, Model, Provenance, System
 from . import loader
 
-_SI_UNIT = {"bytes": "B", "bytes0": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s"}
+_SI_UNIT = {"bytes": "B", "bytes0": "B", "bytes/s": "B/s", "FLOP/s": "FLOP/s", "s": "s", "W": "W", "W0": "W",
+            "J/byte": "J/B"}
 
 
 def _q(text: str) -> str:
@@ -52,7 +53,9 @@ def _device_lines(dev: Device, prefix: str = "") -> list[str]:
     for p in schema.PRECISIONS:
         if p in dev.peak_flops:
             lines.append(_num(p, dev.peak_flops[p], "FLOP/s", dev.provenance.get(f"compute.{p}")))
-    for section in ("memory", "calibration"):
+    for section in ("memory", "calibration", "power"):
+        if section == "power" and not dev.tdp:
+            continue   # no power model
         lines += ["", f"[{prefix}{section}]"]
         for field, dimension, required in schema.DEVICE[section]:
             if not required and f"{section}.{field}" not in dev.provenance and not getattr(dev, field):
@@ -89,6 +92,22 @@ def to_toml(obj: Device | System | Model) -> str:
                     continue
                 lines.append(_num(field, getattr(level, field), dimension,
                                   obj.provenance.get(f"{part}.{field}")))
+        if obj.power is not None:
+            lines += ["", "[power]"]
+            for field, dimension, required in schema.SYSTEM["power"]:
+                if not required and f"power.{field}" not in obj.provenance and not getattr(obj.power, field):
+                    continue
+                lines.append(_num(field, getattr(obj.power, field), dimension, obj.provenance.get(f"power.{field}")))
+            lines.append(f"rack_split = {str(obj.power.rack_split).lower()}")
+        if obj.cooling:
+            lines += ["", "[cooling]", f"kind = {_q(obj.cooling_kind)}"]
+            for kind, cool in obj.cooling.items():
+                lines += ["", f"[cooling.{kind}]"]
+                for field, dimension, required in schema.SYSTEM["cooling"]:
+                    if not required and not getattr(cool, field):
+                        continue
+                    lines.append(_num(field, getattr(cool, field), dimension,
+                                      obj.provenance.get(f"cooling.{kind}.{field}")))
         if not shipped:
             lines += (["", "[device]", f"name = {_q(obj.device.name)}",
                        f"description = {_q(obj.device.description)}",

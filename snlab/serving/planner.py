@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 
-from .. import grid, schema, uncertainty
+from .. import energy, grid, schema, uncertainty
 from ..errors import SnlabError
 from ..hardware import DTYPE_BYTES, FIELDS, field_dimension, hardware
 from ..presets import PresetLike
@@ -120,13 +120,27 @@ def _grid(model: Model, system: System, axes: dict):
     return dep, hw, {k: getattr(hw, k) for k in hw_axes}
 
 
-def evaluate(model: Model, system: System, axes: dict):
+def _power(model: Model, system: System, out: dict, dep, hw, prices=None, pue=None) -> dict:
+    """The power, energy and cost columns of a grid of deployments (none without a power
+    model)."""
+    if not system.has_power:
+        return {}
+    cols = {f: getattr(dep, f) for f in ("batch", "dp", "pp", "prefill_batch", "prompt_len", "output_len",
+                                          "scenario", "gemm_ratio", "efficiency_ratio")}
+    cols["batch"] = out["batch_in_flight"]
+    return energy.serving_columns(model, out, cols, hw, prices, pue)
+
+
+def evaluate(model: Model, system: System, axes: dict, prices=None, pue=None):
     """Deployment columns, swept hardware, rule violations and output columns for
-    ``axes``, each laid out flat, one row per deployment."""
+    ``axes``, each laid out flat, one row per deployment; with the power, energy and
+    cost columns per output token (:func:`snlab.energy.serving_columns`) when the system
+    has a power model."""
     dep, hw, hw_cols = _grid(model, system, axes)
     broken = dp_.violations(model, system, dep)
     with np.errstate(all="ignore"):
         out = serve_columns(model, dep, hw)
+        out.update(_power(model, system, out, dep, hw, prices, pue))
     cols = {f: getattr(dep, f) for f in dp_.Deployment.__dataclass_fields__}
     shape = grid.grid_shape(broken, cols, hw_cols)
     broken = np.broadcast_to(broken, shape).ravel()
@@ -150,7 +164,8 @@ def _resolve(model: PresetLike, system: PresetLike) -> tuple[Model, System]:
     return load_model(model), load_system(system)
 
 
-def serve(model: PresetLike, system: PresetLike, **deployment) -> ServeResult:
+def serve(model: PresetLike, system: PresetLike, *, cooling: str | None = None, pue: float | None = None,
+          prices=None, **deployment) -> ServeResult:
     """Time to first token, time per output token, throughput, KV-cache placement and
     the limits of one deployment.
 
@@ -166,8 +181,12 @@ def serve(model: PresetLike, system: PresetLike, **deployment) -> ServeResult:
         per replica), hbm_utilization, pool_share, kv_offload (auto or hbm),
         output_dist (fixed, uniform, exponential); and system fields such as
         ``hbm_bandwidth`` to change the system for this run.
+    cooling, pue, prices : as in :func:`snlab.train`; energy and cost are per output
+        token at the continuous-batching rate (the offline run's, offline).
     """
+    from ..training.planner import power_options
     m, s = _resolve(model, system)
+    s, pue, prices = power_options(s, cooling, pue, prices, "sustained_clock" in deployment)
     for name, value in deployment.items():
         if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim > 0):
             raise SnlabError(name, "got a list", "one value; use snlab.serve_sweep for grids")
@@ -179,9 +198,10 @@ def serve(model: PresetLike, system: PresetLike, **deployment) -> ServeResult:
         raise SnlabError(field, _detail(field, m, s, cols), message)
     with np.errstate(all="ignore"):
         out = serve_columns(m, dep, hw)
+        out.update(_power(m, s, out, dep, hw, prices, pue))
     row = {k: (v.item() if isinstance(v, np.ndarray) else float(v)) for k, v in out.items()}
     grid.check_finite(row, deployment)
-    return ServeResult.from_row(m, s, {k: float(v[0]) for k, v in cols.items()}, row)
+    return ServeResult.from_row(m, s, {k: float(v[0]) for k, v in cols.items()}, row, prices)
 
 
 def _detail(field: str, m: Model, s: System, g: dict) -> str:
@@ -258,7 +278,7 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
     return pd.DataFrame({k: grid.writable(v) for k, v in data.items()}, copy=False)
 
 
-def serve_sweep(model, system, **axes):
+def serve_sweep(model, system, *, cooling=None, pue=None, prices=None, **axes):
     """Evaluate the Cartesian product of the axes in one vectorised call.
 
     Any deployment field (see :func:`serve`) or system field (``hbm_bandwidth``,
@@ -266,30 +286,37 @@ def serve_sweep(model, system, **axes):
     ``"900 GB/s"``) may be a list or array; ``model`` and ``system`` may be lists too.
     Returns a pandas DataFrame, one row per deployment, units in column names; rows that
     break a rule or do not fit keep their inputs, carry ``valid``/``fits`` False and the
-    ``reason``.
+    ``reason``. Systems with a power model add power, energy (per output token) and,
+    with ``prices``, cost columns; ``cooling``, ``pue`` and ``prices`` as in :func:`serve`.
     """
     import pandas as pd
+    from ..training.planner import power_options
     specs = {"model": grid.axis_values("model", model), "system": grid.axis_values("system", system)}
     # the whole product counts: lists of models and systems multiply the grid
     grid.check_size({**specs, **{k: grid.axis_values(k, v) for k, v in axes.items()}})
     frames = []
     for m_spec, s_spec in itertools.product(*specs.values()):
         m, s = _resolve(m_spec, s_spec)
-        g, hw, broken, out = evaluate(m, s, axes)
+        s, ratio, price = power_options(s, cooling, pue, prices, "sustained_clock" in axes)
+        g, hw, broken, out = evaluate(m, s, axes, price, ratio)
         frames.append(_frame(m, s, g, hw, broken, out))
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
-def serve_best(model, system, *, tpot_target: float, max_batch: int | None = None, **deployment) -> ServeResult:
+def serve_best(model, system, *, tpot_target: float, max_batch: int | None = None, cooling=None, pue=None,
+               prices=None, **deployment) -> ServeResult:
     """The batch with the most decode tokens per second per device whose time per
     output token stays within ``tpot_target`` [s] and whose KV cache fits.
 
     Candidates are multiples of ``dp`` from ``dp`` up to ``max_batch`` (default: the
     largest batch that fits with every memory tier), with the largest that fits in HBM
     alone among them (beyond it the pool's lenders count against throughput). Raises
-    :class:`SnlabError` naming ``tpot_target`` when no batch meets it.
+    :class:`SnlabError` naming ``tpot_target`` when no batch meets it. ``cooling``,
+    ``pue`` and ``prices`` as in :func:`serve`.
     """
+    from ..training.planner import power_options
     m, s = _resolve(model, system)
+    s, pue, prices = power_options(s, cooling, pue, prices, "sustained_clock" in deployment)
     if isinstance(tpot_target, str):
         tpot_target = parse_quantity(tpot_target, "s", "tpot_target")[0]
     if not grid.is_number(tpot_target) or not 0 < tpot_target <= 3600:
@@ -311,4 +338,4 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
         raise SnlabError("tpot_target", f"no batch meets {tpot_target * 1e3:.3g} ms; the fastest step gives "
                          f"{fastest * 1e3:.3g} ms per output token", f"a target above {fastest * 1e3:.3g} ms")
     best = int(np.nanargmax(np.where(ok, out["decode_tokens_per_s_per_device"], -np.inf)))
-    return serve(m, s, **deployment, batch=int(batches[best]))
+    return serve(m, s, pue=pue, prices=prices, **deployment, batch=int(batches[best]))

@@ -8,6 +8,7 @@ from ..hardware import DTYPE_BYTES
 from .. import uncertainty
 from ..result import Result
 from ..specs import Model, System
+from ..training.result import power_fields, power_rows
 from ..units import fmt_bytes, fmt_seconds
 from .deployment import OUTPUT_DISTS, SCENARIOS
 from .step import KV_LOCATIONS, KV_TIERS
@@ -79,9 +80,16 @@ class ServeResult(Result):
     prefill_tokens_per_s_per_device_high: float | None = None
     band_runs: int = 0
     band: str = ""
+    cooling: str = ""
+    device_power_w: float | None = None
+    it_power_w: float | None = None
+    facility_power_w: float | None = None
+    energy_per_token_j: float | None = None
+    cost_per_million_tokens_usd: float | None = None
+    power: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_row(cls, model: Model, system: System, g: dict, row: dict) -> "ServeResult":
+    def from_row(cls, model: Model, system: System, g: dict, row: dict, prices=None) -> "ServeResult":
         dtypes = list(DTYPE_BYTES)
         dep = {k: int(g[k]) for k in ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context",
                                       "draft_tokens", "microbatches", "prefill_batch")}
@@ -140,6 +148,7 @@ class ServeResult(Result):
                                regime.speed(float(offline["tokens_per_s_per_device"]))))
             offline["band"] = regime.describe()
         return cls(**bands, band_runs=decode.runs, band=decode.describe() + "; " + prefill.describe(),
+                   **power_fields(system, row, prices),
                    lender_devices=int(row["lender_devices"]),
                    model=model.name, system=system.name, deployment=dep, devices=int(row["devices"]),
                    ttft_s=row["ttft_s"], tpot_s=row["tpot_s"], decode_step_s=row["decode_step_s"],
@@ -207,7 +216,7 @@ class ServeResult(Result):
         rows.append(("continuous vs static batching", f"{b['continuous_tokens_per_s_per_device']:,.0f} vs "
                      f"{b['static_tokens_per_s_per_device']:,.0f} tokens/s per device "
                      f"({b['continuous_over_static']:.2f}x, prefill included)"))
-        return rows
+        return rows + power_rows(self, "output token")
 
     def _decode_band(self) -> str:
         if not self.band_runs:

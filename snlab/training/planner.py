@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .. import grid, schema, uncertainty
+from .. import energy, grid, schema, uncertainty
 from ..errors import SnlabError
 from ..hardware import field_dimension, hardware
 from ..schema import PRECISIONS
@@ -40,6 +40,7 @@ SYSTEM_FIELDS = (
     "scale_out_call_latency", "host_bandwidth", "host_capacity", "pool_bandwidth", "pool_capacity",
     "peak_flops", "hbm_bandwidth", "hbm_capacity", "gemm_efficiency", "memory_efficiency",
     "sustained_clock", "memory_reserve", "allocator_efficiency", "overlap_contention",
+    "tdp", "idle_power", "hbm_energy", "host_power", "switch_power", "network_power", "pue",
 )
 OVERLAP_FIELDS = tuple(f"overlap_{c}" for c in pl.OVERLAP_CLASSES)
 #: rows of a sweep that are valid but do not fit, after the rules' reasons
@@ -216,15 +217,19 @@ def stage_memory(model: PresetLike, system: PresetLike, precision: str = "bf16",
     return frame
 
 
-def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", devices=None):
+def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", devices=None,
+             prices: energy.Prices | None = None, pue=None):
     """Plan columns, swept hardware, labels, rule violations and output columns for
-    ``axes``, each laid out flat, one row per configuration."""
+    ``axes``, each laid out flat, one row per configuration; with the power, energy and
+    cost columns (:func:`snlab.energy.training_columns`) when the system has a power model."""
     _check_devices(devices)
     g, hw, labels = _grid(model, system, axes, precision)
     plan = plan_of(g)
     broken = pl.violations(model, plan, devices)
     with np.errstate(all="ignore"):
         out = step_columns(model_sizes(model), plan, hw)
+        if system.has_power:
+            out.update(energy.training_columns(out, g, hw, prices, pue))
     hw_cols = {k: getattr(hw, k) for k in SYSTEM_FIELDS if k in axes}
     shape = grid.grid_shape(broken, g, hw_cols)
     broken = np.broadcast_to(broken, shape).ravel()
@@ -239,8 +244,24 @@ def _resolve(model: PresetLike, system: PresetLike) -> tuple[Model, System]:
     return load_model(model), load_system(system)
 
 
+def power_options(system: System, cooling=None, pue=None, prices=None, clock_given: bool = False):
+    """The system under the chosen cooling (:func:`snlab.energy.cooled`), the PUE
+    override and the prices, checked: one-line errors name the field."""
+    if pue is not None:
+        if isinstance(pue, bool) or not isinstance(pue, (int, float)) or not 1 <= pue <= 3:
+            raise SnlabError("pue", f"got {pue!r}", "a PUE from 1 to 3")
+        pue = float(pue)
+    if cooling is not None or pue is not None or prices is not None:
+        if not system.has_power:
+            raise SnlabError("cooling" if cooling is not None else "pue" if pue is not None else "prices",
+                             f"{system.name} has no power model", "a system with [power] and [cooling] sections")
+    system = energy.cooled(system, cooling, keep_clock=clock_given)
+    price = energy.prices(prices, system=system) if isinstance(prices, str) else energy.prices(prices)
+    return system, pue, price
+
+
 def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", devices: int | None = None,
-          **plan) -> TrainResult:
+          cooling: str | None = None, pue: float | None = None, prices=None, **plan) -> TrainResult:
     """Step time, MFU, memory and its verdict for one training plan.
 
     Parameters
@@ -255,8 +276,16 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
         flash_attention, optimizer_bytes, chunk_overhead_s (seconds each extra pass
         through a virtual stage costs); and system fields such as
         ``scale_out_bandwidth`` to change the system for this run.
+    cooling : ``"air"`` or ``"liquid"`` (default: the cooling the system is built for);
+        it sets the PUE, the devices per rack and, unless ``sustained_clock`` is given,
+        the clock the devices sustain (:func:`snlab.energy.cooling_state`).
+    pue : the facility's PUE instead of the cooling's.
+    prices : :class:`snlab.energy.Prices`, a mapping of its fields (``device_hour``,
+        ``capex``, ``years``, ``kwh``, ``utilisation``) or ``"example"``: adds the cost
+        per hour and per million tokens.
     """
     m, s = _resolve(model, system)
+    s, pue, prices = power_options(s, cooling, pue, prices, "sustained_clock" in plan)
     for name, value in plan.items():
         if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim > 0):
             raise SnlabError(name, "got a list", "one value; use snlab.sweep for grids")
@@ -268,10 +297,12 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
         raise _rule_error(pl.RULES[broken], m, {k: np.ravel(v)[:1] for k, v in g.items()})
     with np.errstate(all="ignore"):
         out = step_columns(model_sizes(m), plan_grid, hw)
+        if s.has_power:
+            out.update(energy.training_columns(out, g, hw, prices, pue))
     row = {k: (v.item() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
     grid.check_finite(row, plan)
     return TrainResult.from_row(m, s, precision, {k: (v.item() if isinstance(v, np.ndarray) else v)
-                                                  for k, v in g.items()}, labels, row)
+                                                  for k, v in g.items()}, labels, row, prices)
 
 
 def _rule_error(rule: pl.Rule, model: Model, g: dict) -> SnlabError:
@@ -352,7 +383,7 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     return pd.DataFrame({k: grid.writable(v) for k, v in data.items()}, copy=False)
 
 
-def sweep(model, system, *, precision="bf16", devices=None, **axes):
+def sweep(model, system, *, precision="bf16", devices=None, cooling=None, pue=None, prices=None, **axes):
     """Evaluate the Cartesian product of the axes in one vectorised call.
 
     Any plan field (see :func:`train`) or system field (``scale_out_bandwidth``,
@@ -360,7 +391,11 @@ def sweep(model, system, *, precision="bf16", devices=None, **axes):
     as ``"400 Gb/s"``) may be a list or array. ``model``, ``system`` and
     ``precision`` may be lists too. Returns a pandas DataFrame, one row per
     configuration, units in column names; rows that break a rule or do not fit keep
-    their plan, carry ``valid``/``fits`` False and the ``reason``.
+    their plan, carry ``valid``/``fits`` False and the ``reason``. Systems with a power
+    model add power, energy and (with ``prices``) cost columns: ``device_power_w``,
+    ``it_power_w``, ``facility_power_w``, ``energy_per_token_j`` (facility),
+    ``cost_per_million_tokens_usd``, ...; ``cooling``, ``pue`` and ``prices`` as in
+    :func:`train`.
     """
     import pandas as pd
     specs = {"model": grid.axis_values("model", model), "system": grid.axis_values("system", system),
@@ -370,7 +405,8 @@ def sweep(model, system, *, precision="bf16", devices=None, **axes):
     frames = []
     for m_spec, s_spec, prec in itertools.product(*specs.values()):
         m, s = _resolve(m_spec, s_spec)
-        g, hw, labels, broken, out = evaluate(m, s, axes, prec, devices)
+        s, ratio, price = power_options(s, cooling, pue, prices, "sustained_clock" in axes)
+        g, hw, labels, broken, out = evaluate(m, s, axes, prec, devices, price, ratio)
         frames.append(_frame(m, s, prec, g, labels, broken, out, hw))
     if len(frames) == 1:
         return frames[0]
@@ -429,22 +465,54 @@ def search_space(model: Model, devices: int, global_batch: int, **fixed):
 MAX_DEVICES, MAX_TOP = 100_000_000, 1_000_000
 
 
+#: what search ranks plans by: the column and whether larger is better
+OBJECTIVES = {"tokens_per_s": ("step_time_s", False), "tokens_per_joule": ("energy_per_token_j", False),
+              "tokens_per_dollar": ("cost_per_million_tokens_usd", False)}
+
+
+def power_budget_w(value) -> float | None:
+    """A power budget [W] from a number of watts or a string such as ``"2 MW"``."""
+    if value is None:
+        return None
+    from ..units import parse_quantity
+    if isinstance(value, str):
+        value = parse_quantity(value, "W", "power_budget")[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1.0 <= value <= 1e10:
+        raise SnlabError("power_budget", f"got {value!r}", "a facility power from 1 W to 10 GW, e.g. 2e6 or '2 MW'")
+    return float(value)
+
+
 def search(model, system, *, devices: int, global_batch: int, precision: str = "bf16", top: int = 10,
-           validated_only: bool = False, **fixed):
-    """The fastest plans that fit, over every parallelism, micro-batch, recomputation,
+           validated_only: bool = False, objective: str = "tokens_per_s", power_budget=None, cooling=None,
+           pue=None, prices=None, **fixed):
+    """The best plans that fit, over every parallelism, micro-batch, recomputation,
     ZeRO stage, sequence parallelism and interleaving choice.
 
-    Returns a DataFrame of the ``top`` distinct plans, fastest first (empty if none fits):
-    of plans whose step and memory are the same, only the one asking for less. Each row
-    carries its error band (``step_time_s_low`` / ``_high``, ``mfu_low`` / ``_high``) and
-    ``validated``: whether it lies inside what the family's published runs cover;
-    ``validated_only=True`` keeps those alone. Keywords fix axes (``tp=8``,
-    ``recompute="full"``, ``overlap="all"``).
+    Returns a DataFrame of the ``top`` distinct plans, best first (empty if none fits):
+    of plans whose step and memory are the same, only the one asking for less. Best by
+    ``objective``: ``"tokens_per_s"`` (fastest), ``"tokens_per_joule"`` (least facility
+    energy per token) or ``"tokens_per_dollar"`` (cheapest per token; needs ``prices``).
+    ``power_budget`` [W, or a string such as ``"2 MW"``] keeps only plans whose facility
+    power stays within it. Each row carries its error band (``step_time_s_low`` /
+    ``_high``, ``mfu_low`` / ``_high``) and ``validated``: whether it lies inside what the
+    family's published runs cover; ``validated_only=True`` keeps those alone. Keywords fix
+    axes (``tp=8``, ``recompute="full"``, ``overlap="all"``); ``cooling``, ``pue`` and
+    ``prices`` as in :func:`train`.
     """
     import pandas as pd
     if not isinstance(validated_only, (bool, np.bool_)):
         raise SnlabError("validated_only", f"got {validated_only!r}", "true or false")
+    if objective not in OBJECTIVES:
+        raise SnlabError("objective", f"got {objective!r}", ", ".join(OBJECTIVES))
+    budget = power_budget_w(power_budget)
     m, s = _resolve(model, system)
+    s, pue, prices = power_options(s, cooling, pue, prices, "sustained_clock" in fixed)
+    if (objective != "tokens_per_s" or budget is not None) and not s.has_power:
+        raise SnlabError("objective" if objective != "tokens_per_s" else "power_budget",
+                         f"{s.name} has no power model", "tokens_per_s without a power budget")
+    if objective == "tokens_per_dollar" and prices is None:
+        raise SnlabError("prices", "missing for objective tokens_per_dollar",
+                         "prices={'device_hour': ...} or {'capex': ..., 'kwh': ...}, or 'example'")
     devices, global_batch, top = (grid.whole_number(name, value, 1, top_value) for name, value, top_value in (
         ("devices", devices, MAX_DEVICES), ("global_batch", global_batch, MAX_GLOBAL_BATCH), ("top", top, MAX_TOP)))
     base, options, fixed = search_space(m, devices, global_batch, **fixed)
@@ -462,15 +530,20 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     g = {k: v[keep] for k, v in g.items()}
     with np.errstate(all="ignore"):
         out = step_columns(model_sizes(m), plan_of(g), hw)
+        if s.has_power:
+            out.update(energy.training_columns(out, g, hw, prices, pue))
     grid.check_finite_rows(out, np.ones(g["tp"].shape, dtype=bool), g)
     frame = _frame(m, s, precision, g, labels, broken[keep], out)
     frame = frame[frame["fits"]]
     if validated_only:
         frame = frame[frame["validated"]]
-    # fastest first; among plans of equal time, the one asking for less (recomputation,
+    if budget is not None:
+        frame = frame[frame["facility_power_w"] <= budget]
+    # best first; among plans equally good, the one asking for less (recomputation,
     # ZeRO stage, micro-batch, interleaving, tensor and pipeline degrees) comes first
+    key = OBJECTIVES[objective][0]
     order = np.lexsort([frame[c].to_numpy() for c in ("pp", "tp", "interleave", "micro_batch", "zero")]
-                       + [frame["recompute"].cat.codes.to_numpy(), frame["step_time_s"].to_numpy()])
+                       + [frame["recompute"].cat.codes.to_numpy(), frame[key].to_numpy()])
     frame = frame.iloc[order]
     # distinct plans only: a setting that changes neither the step nor the memory (selective
     # recomputation under FlashAttention, which keeps no scores to drop) leaves the plan

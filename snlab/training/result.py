@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .. import uncertainty
 from ..result import Result
+from ..units import fmt_joules, fmt_watts
 from ..specs import Model, System
 from ..units import fmt_bytes, fmt_seconds
 from . import plan as pl
@@ -56,9 +57,17 @@ class TrainResult(Result):
     band_runs: int = 0
     validated: bool = False
     band: str = ""
+    cooling: str = ""
+    device_power_w: float | None = None
+    it_power_w: float | None = None
+    facility_power_w: float | None = None
+    energy_per_token_j: float | None = None
+    cost_per_million_tokens_usd: float | None = None
+    power: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_row(cls, model: Model, system: System, precision: str, g: dict, labels: dict, row: dict):
+    def from_row(cls, model: Model, system: System, precision: str, g: dict, labels: dict, row: dict,
+                 prices=None):
         plan = {
             "tp": int(g["tp"]), "pp": int(g["pp"]), "dp": int(g["dp"]), "ep": int(g["ep"]), "cp": int(g["cp"]),
             "micro_batch": int(g["micro_batch"]), "global_batch": int(g["global_batch"]),
@@ -95,6 +104,7 @@ class TrainResult(Result):
         return cls(**bands, band_runs=band.runs, band=band.describe() + ("" if covered or not band.runs else
                    "; this plan lies outside what they cover (a degree, ZeRO stage, recomputation or precision "
                    "no published run of this family used)"), validated=covered,
+                   **power_fields(system, row, prices),
                    model=model.name, system=system.name, precision=precision, plan=plan,
                    devices=int(row["devices"]), step_time_s=float(row["step_time_s"]), mfu=float(row["mfu"]),
                    hfu=float(row["hfu"]), model_tflops_per_device=float(row["model_tflops_per_device"]),
@@ -117,6 +127,14 @@ class TrainResult(Result):
     def time_to_train_s(self, tokens: float) -> float:
         """Seconds to train on ``tokens`` tokens at this throughput."""
         return float(tokens) / self.tokens_per_s
+
+    def energy_to_train_j(self, tokens: float) -> float | None:
+        """Facility energy [J] to train on ``tokens`` tokens (None without a power model)."""
+        return None if self.energy_per_token_j is None else float(tokens) * self.energy_per_token_j
+
+    def cost_to_train_usd(self, tokens: float) -> float | None:
+        """What training on ``tokens`` tokens costs [$] (None without prices)."""
+        return None if self.cost_per_million_tokens_usd is None else float(tokens) / 1e6 * self.cost_per_million_tokens_usd
 
     def headline(self) -> str:
         p = self.plan
@@ -151,7 +169,7 @@ class TrainResult(Result):
         rows.append(("optimizer step", fmt_seconds(t["optimizer"])))
         for part in MEMORY_PARTS:
             rows.append((f"  memory: {part}", fmt_bytes(self.memory_bytes_per_device[part])))
-        return rows
+        return rows + power_rows(self, "training token")
 
 
 def _reason(system: System, memory: dict, fits: bool, row: dict) -> str:
@@ -163,3 +181,42 @@ def _reason(system: System, memory: dict, fits: bool, row: dict) -> str:
                 f"{'the pool' if system.pool else 'host memory'} gives {fmt_bytes(row['offload_capacity_bytes'])}")
     return (f"uses {memory['total'] / memory['usable']:.0%} of the {fmt_bytes(memory['usable'])} usable "
             f"({fmt_bytes(memory['headroom'])} to spare)")
+
+
+def power_fields(system: System, row: dict, prices=None) -> dict:
+    """The power fields of a result from its row: headline numbers, and ``power`` with
+    the activities, each level of power, energy per token and the racks (empty without a
+    power model)."""
+    if "device_power_w" not in row:
+        return {}
+    keys = ("activity_compute", "activity_memory", "activity_links", "device_power_w", "it_power_w",
+            "facility_power_w", "device_energy_per_token_j", "it_energy_per_token_j", "energy_per_token_j",
+            "tokens_per_joule", "pue")
+    power = {k: float(row[k]) for k in keys}
+    power.update(racks=int(row["racks"]), sustained_clock=float(system.device.sustained_clock))
+    cost = None
+    if "cost_per_million_tokens_usd" in row:
+        cost = float(row["cost_per_million_tokens_usd"])
+        power.update(cost_per_hour_usd=float(row["cost_per_hour_usd"]), cost_per_million_tokens_usd=cost,
+                     tokens_per_dollar=float(row["tokens_per_dollar"]), prices=dict(vars(prices)))
+    return dict(cooling=system.cooling_kind, device_power_w=power["device_power_w"], it_power_w=power["it_power_w"],
+                facility_power_w=power["facility_power_w"], energy_per_token_j=power["energy_per_token_j"],
+                cost_per_million_tokens_usd=cost, power=power)
+
+
+def power_rows(result, token: str) -> list[tuple[str, str]]:
+    """The power rows of a result's table (none without a power model)."""
+    p = result.power
+    if not p:
+        return []
+    rows = [("power per device", f"{fmt_watts(p['device_power_w'])} (compute {p['activity_compute']:.0%}, "
+                                 f"HBM {p['activity_memory']:.0%}, links {p['activity_links']:.0%} of the time)"),
+            ("IT power / facility power", f"{fmt_watts(p['it_power_w'])} / {fmt_watts(p['facility_power_w'])} "
+                                          f"({result.cooling} cooling, PUE {p['pue']:.2f}, {p['racks']:,} "
+                                          f"rack{'s' if p['racks'] != 1 else ''})"),
+            (f"energy per {token}", f"{fmt_joules(p['energy_per_token_j'])} at the facility "
+                                    f"({fmt_joules(p['device_energy_per_token_j'])} in the devices alone)")]
+    if "cost_per_million_tokens_usd" in p:
+        rows.append((f"cost per million {token}s", f"${p['cost_per_million_tokens_usd']:,.4g} "
+                                                    f"(${p['cost_per_hour_usd']:,.0f} per hour)"))
+    return rows
