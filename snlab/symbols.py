@@ -188,6 +188,32 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("first_token_time", r"\tau_{f}", "s", "mean time from a wave's start to one of its requests' first token", "nonneg"),
         ("last_first_token_time", r"\tau_{f}'", "s", "the same for the last wave", "nonneg"),
     ],
+    "request queues": [
+        ("arrival_rate", r"\lambda", "1/s", "requests arriving per second (at one server, in the one-server formulas)", "nonneg"),
+        ("service_time", r"\bar{S}", "s", "mean time a server spends on one request", "pos"),
+        ("service_scv", r"c_{s}^{2}", "1", "squared coefficient of variation of the service time (0 deterministic, 1 exponential)", "nonneg"),
+        ("arrival_scv", r"c_{a}^{2}", "1", "squared coefficient of variation of the time between arrivals (1 for Poisson arrivals)", "nonneg"),
+        ("utilization", r"\rho", "1", "fraction of time a server is busy", "nonneg"),
+        ("queue_wait", r"W_{q}", "s", "mean time a request waits before its service starts", "nonneg"),
+        ("quantile_level", r"q", "1", "probability of a quantile (0.9 for p90)", "pos"),
+        ("residence_time", r"W", "s", "mean time a request spends in a part of the system", "nonneg"),
+        ("requests_in_flight", r"N_{fl}", "1", "mean number of requests in a part of the system", "nonneg"),
+        ("time_per_token", r"\tau_{tok}", "s", "time between two output tokens of one request", "nonneg"),
+        ("one_token_pass_time", r"\tau_{1}", "s", "time of a prefill pass over one token (the pass's fixed part)", "nonneg"),
+        ("mean_prompt_len", r"\mu_{p}", "1", "mean prompt length of a request (tokens)", "pos"),
+        ("step_tokens", r"b_{tok}", "1", "tokens one engine step may process (its token budget)", "pos"),
+        ("attainment", r"\alpha_{slo}", "1", "fraction of requests meeting both latency targets (TTFT and TPOT)", "nonneg"),
+        ("goodput", r"X_{good}", "1/s", "requests per second that meet both latency targets", "nonneg"),
+        ("prefill_instances", r"n_{P}", "1", "prefill instances of a disaggregated deployment", "int"),
+        ("decode_instances", r"n_{D}", "1", "decode instances of a disaggregated deployment", "int"),
+        ("prefill_rate", r"r_{P}", "1/s", "requests per second one prefill instance serves within the TTFT target", "nonneg"),
+        ("decode_rate", r"r_{D}", "1/s", "requests per second one decode instance serves within the TPOT target", "nonneg"),
+        ("prefill_devices", r"g_{P}", "1", "devices of one prefill instance", "int"),
+        ("decode_devices", r"g_{D}", "1", "devices of one decode instance", "int"),
+        ("request_kv_bytes", r"Q_{req}", "bytes", "KV-cache bytes of one request", "nonneg"),
+        ("kv_held_bytes", r"Q_{held}", "bytes", "KV-cache bytes a server holds for the requests in it", "nonneg"),
+        ("cache_hit_rate", r"h", "1", "fraction of a prompt's tokens whose KV cache is found in a cache tier", "nonneg"),
+    ],
 }
 
 _ASSUME = {
@@ -247,7 +273,7 @@ def table_markdown() -> str:
 #: so FLOP/s has the dimension 1/s and W / F_peak is a time.
 DIMENSIONS: dict[str, tuple[int, int]] = {
     "1": (0, 0), "FLOP": (0, 0), "bytes": (1, 0), "s": (0, 1), "bytes/s": (1, -1),
-    "FLOP/s": (0, -1), "tokens/s": (0, -1),
+    "FLOP/s": (0, -1), "tokens/s": (0, -1), "1/s": (0, -1),
 }
 
 

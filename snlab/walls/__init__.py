@@ -1,13 +1,13 @@
 """The three walls: compute, memory and communication, as sympy formulas, and the
-serving formulas that compose them for inference."""
+serving and request-queue formulas that compose them for inference."""
 
 from ..formula import Formula, collect
-from . import communication, compute, memory, serving
+from . import communication, compute, memory, queueing, serving
 
-__all__ = ["compute", "memory", "communication", "serving", "formulas"]
+__all__ = ["compute", "memory", "communication", "serving", "queueing", "formulas"]
 
 
 def formulas() -> dict[str, Formula]:
     """Every formula of the walls, by name (read from the wall modules as they are now,
     so a reloaded wall shows its new formulas)."""
-    return collect(compute, memory, communication, serving)
+    return collect(compute, memory, communication, serving, queueing)
