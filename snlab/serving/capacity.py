@@ -26,6 +26,7 @@ from ..hardware import hardware
 from ..presets import model as load_model
 from ..presets import system as load_system
 from ..result import Result
+from ..units import fmt_seconds
 from ..walls import queueing as qw
 from . import approx
 from .disaggregation import transfer_times
@@ -167,6 +168,18 @@ class CapacityPlan(Result):
     disaggregated: Plan | None
     notes: list = field(default_factory=list)
 
+    def to_dict(self) -> dict:
+        """JSON-ready dictionary; each plan with its check at the full rate."""
+        out = super().to_dict()
+        for key in ("colocated", "disaggregated"):
+            plan = getattr(self, key)
+            out[key] = None if plan is None else {**{f: getattr(plan, f) for f in ("mode", "devices")},
+                                                  "instances": list(plan.instances), "tp": list(plan.tp),
+                                                  "instance_rates_rps": list(plan.instance_rates_rps),
+                                                  "goodput_per_device_rps": plan.goodput_per_device_rps,
+                                                  "check": plan.check.to_dict()}
+        return out
+
     @property
     def best(self) -> Plan | None:
         found = [p for p in (self.colocated, self.disaggregated) if p is not None]
@@ -187,10 +200,12 @@ class CapacityPlan(Result):
             else:
                 what = f"{plan.instances[0]} prefill x tp={plan.tp[0]} + {plan.instances[1]} decode x tp={plan.tp[1]}"
             rows.append((f"{plan.mode}", f"{plan.devices:,} devices: {what}"))
-            rows.append(("  at the full rate", f"{c.attainment:.1%} within targets; TTFT p90 "
-                                               f"{c.ttft_s['p90'] * 1e3:.4g} ms, TPOT p90 {c.tpot_s['p90'] * 1e3:.4g} ms"))
+            rows.append(("  TTFT p50 / p90 / p99", " / ".join(fmt_seconds(c.ttft_s[k]) for k in ("p50", "p90", "p99"))))
+            rows.append(("  TPOT p50 / p90 / p99", " / ".join(fmt_seconds(c.tpot_s[k]) for k in ("p50", "p90", "p99"))))
+            rows.append(("  within targets", f"{c.attainment:.1%}; goodput {c.goodput_rps:.4g} requests/s "
+                                             f"({c.goodput_per_device_rps:.4g} per device)"))
             if c.kv_transfer:
-                rows.append(("  KV transfer", f"{c.kv_transfer['mean_s'] * 1e3:.3g} ms mean over the "
+                rows.append(("  KV transfer", f"{fmt_seconds(c.kv_transfer['mean_s'])} mean per request over the "
                                               f"{c.kv_transfer['level']} level"))
         rows += [("note", n) for n in self.notes]
         return rows or [("plan", "no plan meets the targets")]
