@@ -76,7 +76,9 @@ class LoadResult(Result):
     """A deployment under load. Times in seconds (``ttft_s``, ``tpot_s``, ``itl_s``,
     ``queue_s``, ``e2e_s``: mean, p50, p90, p99), rates per second. ``mode`` colocated or
     disaggregated; ``instances`` (colocated) or ``prefill_instances`` and
-    ``decode_instances``; ``devices`` of the whole deployment. ``attainment``: the share
+    ``decode_instances``; ``devices`` of the whole deployment, and ``lender_devices``, the
+    peers whose HBM its KV cache borrows through the pool at its peak (they serve nothing,
+    so every per-device rate counts them). ``attainment``: the share
     of requests meeting both targets; ``goodput_rps``: requests per second meeting them
     (None without targets). ``kv_transfer``: the disaggregated deployment's link and the
     transfers' times; ``closed_form``: the closed-form approximations at the same rate
@@ -110,15 +112,18 @@ class LoadResult(Result):
     attainment: float | None
     goodput_rps: float | None
     goodput_per_device_rps: float | None
+    lender_devices: int = 0
     kv_transfer: dict = field(default_factory=dict)
     closed_form: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def colocated(cls, svc, w, n: int, policy: str, stats: dict, approximation, ttft, tpot) -> "LoadResult":
         devices = svc.devices * n
+        lenders = svc.lender_devices(stats["peak_kv_tokens"]) * n
         return cls(model=svc.model, system=svc.system, mode="colocated", policy=policy,
                    deployment=dict(svc.deployment), workload=w.describe(), devices=devices, instances=n,
-                   prefill_instances=0, decode_instances=0, **_common(stats, n, devices),
+                   prefill_instances=0, decode_instances=0, **_common(stats, n, devices + lenders),
+                   lender_devices=lenders,
                    kv_capacity_tokens=svc.kv_tokens, ttft_target_s=ttft, tpot_target_s=tpot,
                    closed_form=_closed(approximation))
 
@@ -136,10 +141,11 @@ class LoadResult(Result):
                     "mean_s": float(out.transfer_s.mean()), "p90_s": float(np.percentile(out.transfer_s, 90)),
                     "wait_mean_s": float(waited.mean()) if waited.size else 0.0,
                     "wait_p90_s": float(np.percentile(waited, 90)) if waited.size else 0.0}
+        lenders = y * max(d.lender_devices(r.peak_kv_tokens) for r in out.decode_runs)
         return cls(model=p.model, system=p.system, mode="disaggregated", policy="prefill-only / decode-only",
                    deployment={"prefill": dict(p.deployment), "decode": dict(d.deployment)}, workload=w.describe(),
                    devices=devices, instances=0, prefill_instances=x, decode_instances=y,
-                   **_common(stats, g, devices), kv_capacity_tokens=d.kv_tokens * y, ttft_target_s=ttft,
+                   **_common(stats, g, devices + lenders), lender_devices=lenders, kv_capacity_tokens=d.kv_tokens * y, ttft_target_s=ttft,
                    tpot_target_s=tpot, kv_transfer=transfer, closed_form=_closed(approximation))
 
     def headline(self) -> str:
@@ -157,7 +163,9 @@ class LoadResult(Result):
         rows += [
             ("requests (measured)", f"{self.requests:,} at {self.offered_rps:.4g}/s offered"),
             ("throughput", f"{self.throughput_rps:.4g} requests/s, {self.output_tokens_per_s:,.0f} output tokens/s "
-                           f"({self.output_tokens_per_s_per_device:,.1f} per device)"),
+                           f"({self.output_tokens_per_s_per_device:,.1f} per device"
+                           + (f", the {self.lender_devices} lending HBM to the pool counted" if self.lender_devices
+                              else "") + ")"),
             ("decode batch (mean)", f"{self.decode_batch:.1f} sequences per instance"),
             ("KV cache held (peak)", f"{self.peak_kv_tokens:,.0f} of {self.kv_capacity_tokens:,.0f} tokens"),
         ]

@@ -81,14 +81,15 @@ class _Instance:
         self.next_arrival = 0
         self.waiting: deque = deque()
         self.prefilling: deque = deque()   # [id, tokens done] of admitted prompts
-        self.done = [0.0] * n
-        self.in_flight = 0                 # transfers started, not yet joined
-        self.xfers: list = []              # heap of (end, id)
+        self.xfers: list = []              # heap of (end, id) of transfers under way
         self.link_free = 0.0
         self.finishes: list = []           # heap of (counter, id)
-        self.batch, self.counter, self.s0 = 0, 0, 0.0
-        self.contrib = [0.0] * n           # each decoding request's share of s0
-        self.used, self.peak, self.admitted_n = 0.0, 0.0, 0
+        self.batch, self.s0 = 0, 0.0
+        # decode steps run so far; a request's finish and context count from its value at joining
+        self.counter = 0
+        self.contrib = [math.nan] * n      # each decoding request's share of s0
+        self.used, self.admitted_n = 0.0, 0
+        self.peak = self.used
         self.now, self.last_decode = 0.0, math.nan
         self.gaps: list = []
         self.batches: list = []
@@ -122,7 +123,6 @@ class _Instance:
                 self.link_free = start + self.transfer_s[i]
                 self.xfer_start[i], self.xfer_end[i] = start, self.link_free
                 heapq.heappush(self.xfers, (self.link_free, i))
-                self.in_flight += 1
             else:
                 self.prefilling.append([i, self.cached[i]])
 
@@ -194,20 +194,18 @@ class _Instance:
         decodes = self.batch if self.policy != "prefill-only" else 0
         prefill_first = self.policy in ("prefill-first", "prefill-only")
         whole = self.policy != "chunked"
-        if self.policy == "decode-only":
-            tokens = keys = load = 0.0
-            completes = []
-        elif prefill_first and self.prefilling:
+        tokens = keys = load = 0.0
+        completes = []
+        room = svc.step_tokens - decodes * svc.decode_tokens
+        if prefill_first and self.prefilling:
             tokens, keys, load, completes = self._chunk(svc.step_tokens, True)
             decodes = 0
-        else:
-            room = svc.step_tokens - decodes * svc.decode_tokens
-            tokens, keys, load, completes = self._chunk(room, whole) if room > 0 and not prefill_first \
-                else (0.0, 0.0, 0.0, [])
+        elif self.policy in ("chunked", "mixed") and room > 0:
+            tokens, keys, load, completes = self._chunk(room, whole)
         if decodes == 0 and tokens == 0:
             return self._idle()
         start = self.now
-        context = self._context() if decodes else 0.0
+        context = self._context() if decodes else math.nan
         self.now += svc.step_time(decodes, context, tokens, keys) + load
         if decodes:
             self._decode_advance(start)
@@ -219,14 +217,14 @@ class _Instance:
 
     def _idle(self) -> bool:
         """Nothing to run: jump to the next arrival or transfer; False when all is done."""
+        if self.waiting and not self.xfers and self.admitted_n == 0:
+            raise SnlabError("workload", "a request needs more KV cache than the instance holds",
+                             f"prompt + output within {self.svc.kv_tokens:,.0f} tokens")
         upcoming = [self.arrival[self.next_arrival]] if self.next_arrival < self.issued else []
         if self.xfers:
             upcoming.append(self.xfers[0][0])
         if not upcoming:
             return False
-        if self.waiting and not self.xfers and self.admitted_n == 0:
-            raise SnlabError("workload", "a request needs more KV cache than the instance holds",
-                             f"prompt + output within {self.svc.kv_tokens:,.0f} tokens")
         self.now = max(self.now, min(upcoming))
         return True
 
@@ -234,7 +232,6 @@ class _Instance:
         """Transfers that have ended join the decode batch."""
         while self.xfers and self.xfers[0][0] <= self.now:
             _, i = heapq.heappop(self.xfers)
-            self.in_flight -= 1
             self._join(i)
 
     def run(self) -> Run:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -47,6 +47,10 @@ POLICIES = ("chunked", "mixed", "prefill-first", "prefill-only", "decode-only")
 #: per-replica sequences tabulated exactly (one captured-graph size after another), then
 #: geometrically up to the largest batch
 _EXACT_BATCHES = 256
+#: the smallest top of an axis (two points to interpolate between), and the lengths a
+#: deployment is checked with before its tables are built (any whole number works)
+_TWO = 2.0
+_PROBE = {"prompt_len": 1, "output_len": 1}
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ class Service:
     cache_read_fixed_s: float
     fastest_decode_s: float
     hbm_tokens: float
+    pool_tokens: float = 0.0
+    lender_rule: tuple = field(default=(), repr=False)
 
     def decode_time(self, batch: float, context: float) -> float:
         """Seconds of a decode step of ``batch`` sequences (the whole instance) with a
@@ -103,6 +109,16 @@ class Service:
             return chunk
         return float(qw.mixed_step_time(step_time=self.decode_time(batch, context), chunk_time=chunk,
                                         one_token_pass_time=self.one_token_pass_s))
+
+    def lender_devices(self, peak_tokens: float) -> int:
+        """Devices whose HBM the instance borrows through the supernode's pool when it
+        holds ``peak_tokens`` of KV cache at most (what HBM does not hold spills to the
+        pool first): :func:`snlab.serving.step.lender_devices`, which serve nothing."""
+        if not self.lender_rule or not self.pool_tokens:
+            return 0
+        dep, hw, per_token = self.lender_rule
+        pooled = min(max(peak_tokens - self.hbm_tokens, 0.0), self.pool_tokens) / self.dp
+        return int(step.lender_devices(pooled * per_token, dep, hw))
 
     def reserve(self, tokens: float) -> float:
         """KV tokens a request of ``tokens`` (prompt + output) reserves: whole blocks."""
@@ -149,26 +165,30 @@ def _instance(model, system, max_context: float, cache_tier: str, key: tuple) ->
     for name in ("batch", "prompt_len", "output_len", "context", "scenario", "requests"):
         if name in deployment:
             raise SnlabError(name, "set by the workload, not the deployment", "tp, pp, dp, ep and engine settings")
-    dp = deployment.get("dp", 1)
-    serve(m, s, batch=dp, prompt_len=1, output_len=1, **deployment)     # the deployment's rules, as serve checks them
-    cols, _, _, _ = evaluate(m, s, {**deployment, "batch": dp, "prompt_len": 1, "output_len": 1})
+    probe = {**deployment, "batch": deployment.get("dp", dp_.DEFAULTS["dp"]), **_PROBE}
+    serve(m, s, **probe)                    # the deployment's rules, as serve checks them
+    cols, _, _, _ = evaluate(m, s, probe)
     dep = dp_.Deployment(**{k: np.ravel(v)[0] for k, v in cols.items()})
     hw = hardware(s)
     ss = step.serving_sizes(m)
     w = step.weights(ss.base, dep, hw)
     place = step.placement(ss, dep, hw, w)
     kv_tokens, hbm_tokens = capacity_tokens(dep, hw, w, place)
-    per_replica = kv_tokens / dep.dp
-    limit = float(dep.max_sequences) if dep.max_sequences > 0 else MAX_IN_FLIGHT
-    budget = float(dep.max_step_tokens) if dep.max_step_tokens > 0 else float(STEP_TOKENS)
-    top_batch = max(min(limit, per_replica), 1.0)
+    kv_per_device = float(place.kv_per_token / (dep.pp * place.shard))
+    pool_tokens = float(np.floor(place.capacity["pool"] / kv_per_device) * dep.dp) if dep.kv_offload else 0.0
+    limit = float(dep.max_sequences) if dep.max_sequences else MAX_IN_FLIGHT
+    budget = float(dep.max_step_tokens) if dep.max_step_tokens else float(STEP_TOKENS)
+    # axes of at least two points: sequences up to what one block each fills, contexts up to the longest request
+    top_batch = max(min(limit, kv_tokens / dep.dp / dep.kv_block_tokens), _TWO)
+    longest = max(max_context, _TWO)
     batches = _axis(top_batch, _EXACT_BATCHES, 48)
-    contexts = np.geomspace(1.0, max(max_context, 2.0), 14)
+    contexts = np.geomspace(1.0, longest, 14)
     decode = decode_table(ss, dep, hw, w, batches, contexts)
-    tokens = _axis(max(budget, 2.0), 16, 40)
-    attention = np.geomspace(0.5, max(max_context, 2.0), 14)
+    # a prompt longer than the budget may run alone in a step of its own (prefill-first, mixed)
+    tokens = _axis(max(budget, longest), 16, 40)
+    attention = np.geomspace(0.5, longest, 14)
     prefill = prefill_table(ss, dep, hw, w, tokens, attention)
-    one = float(prefill_table(ss, dep, hw, w, np.asarray([1.0]), np.asarray([0.5]))[0, 0])
+    one = float(prefill.min())              # one token attending to half a key: the pass's fixed part
     per_token, fixed = cache_read(ss, dep, hw, place, cache_tier)
     tau = float(sv.speculative_tokens_per_step(draft_tokens=float(dep.draft_tokens),
                                                acceptance_rate=float(dep.acceptance)))
@@ -180,7 +200,8 @@ def _instance(model, system, max_context: float, cache_tier: str, key: tuple) ->
         context_axis=tuple(contexts.tolist()), decode_table=tuple(map(tuple, decode.tolist())),
         token_axis=tuple(tokens.tolist()), attention_axis=tuple(attention.tolist()),
         prefill_table=tuple(map(tuple, prefill.tolist())), one_token_pass_s=one, cache_read_s_per_token=per_token,
-        cache_read_fixed_s=fixed, fastest_decode_s=float(decode[0, 0]), hbm_tokens=hbm_tokens)
+        cache_read_fixed_s=fixed, fastest_decode_s=float(decode[0, 0]), hbm_tokens=hbm_tokens,
+        pool_tokens=pool_tokens, lender_rule=(dep, hw, kv_per_device))
 
 
 def capacity_tokens(dep, hw, w, place) -> tuple[float, float]:
@@ -190,7 +211,7 @@ def capacity_tokens(dep, hw, w, place) -> tuple[float, float]:
     sequences), plus, with ``kv_offload="auto"``, what the far tiers lend each device."""
     one_block = dataclasses.replace(dep, prompt_len=dep.kv_block_tokens, output_len=0.0)
     blocks = off.kv_sequences(one_block, hw, w.per_device, place.kv_per_token, place.shard)
-    far = sum(place.capacity[t] for t in ("pool", "host", "ssd")) if dep.kv_offload > 0 else 0.0
+    far = sum(place.capacity[t] for t in (("pool", "host", "ssd") if dep.kv_offload else ()))
     far_tokens = np.floor(far * dep.pp * place.shard / place.kv_per_token / dep.kv_block_tokens) * dep.kv_block_tokens
     hbm = float(blocks * dep.kv_block_tokens * dep.dp)
     return hbm + float(far_tokens * dep.dp), hbm
@@ -214,7 +235,8 @@ def prefill_table(ss, dep, hw, w, tokens: np.ndarray, attention: np.ndarray) -> 
     prompt), its KV cache written to HBM."""
     t, a = np.meshgrid(tokens, attention, indexing="ij")
     grid = dataclasses.replace(dep, prefill_batch=t.ravel() / (2 * a.ravel()), prompt_len=2 * a.ravel(),
-                               batch=dep.dp * np.ones(t.size), capacity_context=np.ones(t.size), kv_offload=0.0)
+                               batch=np.full(t.size, dep.batch), capacity_context=np.ones(t.size),
+                               kv_offload=dp_.KV_OFFLOAD["hbm"])
     place = step.placement(ss, grid, hw, w)
     with np.errstate(all="ignore"):
         times = step.prefill(ss, grid, hw, w, place).ttft
@@ -230,7 +252,7 @@ def cache_read(ss, dep, hw, place, tier: str) -> tuple[float, float]:
         return 0.0, 0.0
     bandwidth, latency = {"pool": (hw.pool_bandwidth, hw.pool_latency), "host": (hw.host_bandwidth, hw.host_latency),
                           "ssd": (hw.storage_bandwidth, hw.storage_latency)}[tier]
-    if not bandwidth > 0:
+    if not bandwidth:
         raise SnlabError("cache_tier", f"the system has no {tier} tier", "hbm, or a tier the system has")
     per_device = float(place.kv_per_token / (dep.pp * place.shard))
     reads = float(ss.base.layers / dep.pp)

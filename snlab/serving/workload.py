@@ -269,3 +269,19 @@ def _per_request(name: str, values, n: int) -> tuple:
         raise SnlabError(name, f"got {out.size} values" if out.ndim == 1 else "not a list",
                          f"one whole number of tokens from 1 to {MAX_TOKENS:,} per request ({n:,})")
     return tuple(out.tolist())
+
+
+def trace_table():
+    """The named traces' statistics, one row each: requests, mean and median prompt and
+    output lengths [tokens], the inter-arrival coefficient of variation and the
+    prefix-cache hit rate with an unbounded cache, with the source (a pandas DataFrame)."""
+    import pandas as pd
+    rows = []
+    for t in TRACES.values():
+        median = QUANTILES.index(0.5)
+        rows.append({"trace": t.name, "requests": t.requests, "mean prompt [tokens]": t.mean_prompt,
+                     "median prompt [tokens]": t.prompt[median], "mean output [tokens]": t.mean_output,
+                     "median output [tokens]": t.output[median],
+                     "inter-arrival CV [1]": round(t.arrival_scv ** 0.5, 2),
+                     "prefix cache hit rate [1]": t.cache_hit_rate, "source": t.source})
+    return pd.DataFrame(rows)

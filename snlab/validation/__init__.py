@@ -2,19 +2,21 @@
 
 The runs live in TOML files beside this module (``training_runs.toml``,
 ``memory_runs.toml``, ``serving_runs.toml``), one ``[[run]]`` per published number
-with its source, inputs, metric and tolerance. ``table()`` gathers all three;
+with its source, inputs, metric and tolerance. ``table()`` gathers all three; serving
+under load has its own (``queue_runs.toml``, :func:`queue_table`);
 :func:`snlab.charts.parity` draws predicted against measured.
 """
 
 from __future__ import annotations
 
 from .memory import memory_runs, memory_table
+from .queue import queue_runs, queue_table
 from .runs import read_runs
 from .serving import serving_runs, serving_table
 from .training import training_runs, training_table
 
 __all__ = ["table", "summary", "summary_markdown", "training_runs", "training_table",
-           "memory_runs", "memory_table", "serving_runs", "serving_table", "read_runs"]
+           "memory_runs", "memory_table", "serving_runs", "serving_table", "queue_runs", "queue_table", "read_runs"]
 
 
 def table():
