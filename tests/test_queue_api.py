@@ -137,3 +137,17 @@ def test_more_load_means_more_latency_and_the_chart_shows_it():
     assert kv["dgx-h100"] > 4 * kv["cloudmatrix384"]
     with pytest.raises(SnlabError, match="percentile"):
         charts.latency_load(frame, percentile="p75")
+
+
+def test_c13_with_a_request_queue():
+    """With a queue the engine admits every long context its memory holds; the pool
+    holds them as host memory does, the lenders count, and the gain is no longer
+    several-fold. A pool as slow as the host's link leaves nothing of it."""
+    v = snlab.claims.c13()
+    n = v.numbers
+    assert 1.0 < n["pool vs host memory with a request queue"] < 2.0
+    assert n["devices lending HBM with a queue"] >= 1
+    queue = v.decisions[2]
+    assert not queue.passes and not queue.within_uncertainty and v.verdict == snlab.claims.CONDITIONAL
+    slow = snlab.claims.c13(system=snlab.system("cloudmatrix384").replace(pool_bandwidth=80e9))
+    assert slow.numbers["pool vs host memory with a request queue"] < 1.0

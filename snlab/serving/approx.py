@@ -41,7 +41,8 @@ LEVELS = (0.5, 0.9, 0.99)
 class Approximation:
     """Closed-form answers for one rate [s]: mean and p50/p90/p99 time to first token,
     mean time per output token, the decode batch, the prefill server's utilization and
-    mean wait, and whether the approximations apply (see the module docstring)."""
+    mean wait, and whether the approximations apply (see the module docstring; the time
+    to first token where ``ttft_applies``)."""
 
     rate: float
     ttft_mean_s: float
@@ -51,6 +52,7 @@ class Approximation:
     utilization: float
     wait_s: float
     applies: bool
+    ttft_applies: bool = True
 
 
 def moments(svc: Service, requests: Requests, cached=None) -> dict:
@@ -73,11 +75,11 @@ def moments(svc: Service, requests: Requests, cached=None) -> dict:
             "kv_tokens": float(np.mean([svc.reserve(x) for x in L + O]))}
 
 
-def decode_fixed_point(svc: Service, rate: float, m: dict, extra=lambda t: 0.0, stretch: float = 1.0,
+def decode_fixed_point(svc: Service, rate: float, m: dict, stretch: float = 1.0,
                        iterations: int = 200) -> tuple[float, float]:
     """The decode batch and time per output token [s] at ``rate``: B = lambda (mu_o - 1)
-    tau_tok (``decode_in_flight``), tau_tok = the step at B (plus ``extra(t)`` for the
-    prompt tokens a step carries, stretched by ``stretch`` for time spent prefilling).
+    tau_tok (``decode_in_flight``), tau_tok = the step at B stretched by ``stretch`` for
+    the time prompts add to the steps.
     Iterated from an empty batch: the first fixed point above it (NaN if the batch
     outgrows the instance)."""
     tpot = svc.decode_time(1.0, m["context"])
@@ -89,7 +91,7 @@ def decode_fixed_point(svc: Service, rate: float, m: dict, extra=lambda t: 0.0, 
         if batch > cap:
             return np.nan, np.nan
         step = svc.decode_time(max(batch, 1.0), m["context"])
-        new = (step + extra(step)) * stretch / svc.tokens_per_step
+        new = step * stretch / svc.tokens_per_step
         if abs(new - tpot) <= 1e-9 * new:
             break
         tpot = new
@@ -132,9 +134,11 @@ def prefill_pool(svc: Service, rate: float, m: dict, arrival_scv: float = 1.0) -
 def colocated(svc: Service, rate: float, m: dict, policy: str, arrival_scv: float = 1.0) -> Approximation:
     """A colocated instance at ``rate``. Prefill-first: decode steps stretched by
     1 / (1 - rho_prefill), each prompt queueing for a prefill server of utilization
-    rho_prefill. Mixed and chunked: each step also carries the prompt tokens that arrive
-    while it runs (lambda mu_p tau per step, ``mixed_step_time``); a prompt waits for the
-    step in progress and then rides the next one."""
+    rho_prefill. Mixed and chunked: each prompt adds its pass's marginal time to the step
+    it rides (``mixed_step_time``), so the decode steps stretch by 1 / (1 - lambda
+    E[marginal]); a prompt waits for the step in progress and the prompts before it. That
+    time to first token leaves out how a long prompt's chunks and short prompts share
+    steps, so only its time per output token is held to the run (``ttft_applies`` False)."""
     if policy == "prefill-first":
         rho = float(qw.utilization(arrival_rate=rate, service_time=m["service_mean"]))
         stretch = 1 / (1 - rho) if rho < 1 else np.inf
@@ -149,7 +153,7 @@ def colocated(svc: Service, rate: float, m: dict, policy: str, arrival_scv: floa
         batch, tpot = decode_fixed_point(svc, rate, m, stretch=1 / (1 - rho)) if rho < 1 else (np.nan, np.nan)
         quantiles, mean, wait = _ride(svc, rate, m, batch, marginal, arrival_scv)
     ok = bool(np.isfinite(tpot)) and rho < MAX_UTILIZATION
-    return Approximation(rate, mean, quantiles, tpot, batch, rho, wait, ok)
+    return Approximation(rate, mean, quantiles, tpot, batch, rho, wait, ok, ok and policy == "prefill-first")
 
 
 def _ride(svc: Service, rate: float, m: dict, batch: float, marginal: np.ndarray, arrival_scv: float):

@@ -146,7 +146,8 @@ def _disaggregated(model, system, w: Workload, ttft, tpot, dep: dict, prefill: d
         pre = approx.prefill_pool(p, one.rate / (x // g), m, one.arrival_scv / (x // g))
         dec = approx.decode_pool(d, one.rate / (y // g), approx.moments(d, requests, cached))
         closed = approx.Approximation(one.rate, pre.ttft_mean_s, pre.ttft_s, dec.tpot_mean_s, dec.decode_batch,
-                                      pre.utilization, pre.wait_s, pre.applies and dec.applies)
+                                      pre.utilization, pre.wait_s, pre.applies and dec.applies,
+                                      pre.applies and dec.applies)
     return LoadResult.disaggregated(p, d, w, (x, y), stats, closed, ttft, tpot, out)
 
 
@@ -185,7 +186,8 @@ def _row(r: LoadResult, rate: float) -> dict:
            "attainment": r.attainment, "goodput_rps": r.goodput_rps, "goodput_per_device_rps": r.goodput_per_device_rps,
            "decode_batch": r.decode_batch, "kv_transfer_s": t.get("mean_s", 0.0), "kv_link_level": t.get("level", ""),
            "kv_link_bandwidth_bytes_per_s": t.get("effective_bandwidth_bytes_per_s", 0.0),
-           "closed_form_applies": bool(c.get("applies", False)), "closed_form_ttft_mean_s": c.get("ttft_mean_s"),
+           "closed_form_applies": bool(c.get("applies", False)),
+           "closed_form_ttft_applies": bool(c.get("ttft_applies", False)), "closed_form_ttft_mean_s": c.get("ttft_mean_s"),
            "closed_form_tpot_mean_s": c.get("tpot_mean_s")}
     for name, summary in (("ttft", r.ttft_s), ("tpot", r.tpot_s), ("itl", r.itl_s), ("queue", r.queue_s)):
         row[f"{name}_mean_s"] = summary["mean"]

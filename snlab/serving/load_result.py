@@ -64,7 +64,8 @@ def _closed(approximation) -> dict:
     if approximation is None:
         return {}
     a = approximation
-    clean = {"applies": bool(a.applies), "ttft_mean_s": a.ttft_mean_s, "tpot_mean_s": a.tpot_mean_s,
+    clean = {"applies": bool(a.applies), "ttft_applies": bool(a.applies and a.ttft_applies),
+             "ttft_mean_s": a.ttft_mean_s, "tpot_mean_s": a.tpot_mean_s,
              "decode_batch": a.decode_batch, "utilization": a.utilization,
              **{f"ttft_p{int(q * 100)}_s": a.ttft_s[q] for q in LEVELS}}
     # a result never holds NaN or infinity: what the closed forms cannot say is None
@@ -186,7 +187,8 @@ class LoadResult(Result):
             shown = (f"TTFT {fmt_seconds(c['ttft_mean_s'])} mean, {fmt_seconds(c['ttft_p90_s'])} p90; TPOT "
                      f"{fmt_seconds(c['tpot_mean_s'])}" if c["ttft_mean_s"] is not None and c["tpot_mean_s"]
                      is not None else "the queue does not settle")
-            rows.append(("closed form", shown + ("" if c["applies"] else " (outside where it applies)")))
+            rows.append(("closed form", shown + ("" if c["applies"] else " (outside where it applies)")
+                         + ("" if c["ttft_applies"] or not c["applies"] else " (TTFT an estimate only)")))
         return rows
 
 
