@@ -28,6 +28,7 @@ _LAZY_MODULES = ("walls", "sizing", "symbols", "units", "presets", "charts", "wi
 _LAZY_FUNCTIONS = {
     "train": "snlab.training", "sweep": "snlab.training", "search": "snlab.training",
     "serve": "snlab.serving", "serve_sweep": "snlab.serving", "serve_best": "snlab.serving",
+    "serve_load": "snlab.serving", "load_sweep": "snlab.serving", "serve_capacity": "snlab.serving",
     "formulas": "snlab.walls", "TrainResult": "snlab.training", "ServeResult": "snlab.serving",
     "collective_time": "snlab.network", "full_load": "snlab.energy", "Prices": "snlab.energy_prices",
     "cooling_state": "snlab.power_cooling",
@@ -46,7 +47,8 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY_MODULES) | set(_LAZY_FUNCTIONS))
 
 
-__all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "collective_time", "device", "model",
+__all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "serve_load", "load_sweep",
+           "serve_capacity", "collective_time", "device", "model",
            "system", "Device",
            "Model", "System", "SnlabError", "UnknownPresetError", "TrainResult", "ServeResult", "walls", "sizing",
            "symbols", "formulas", "presets", "network", "full_load", "cooling_state", "Prices"]

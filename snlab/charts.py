@@ -526,6 +526,56 @@ def parity(frame=None, color: str = "kind") -> alt.LayerChart:
     return (band + dots + exact).properties(width=420, title="snlab against published runs (bars: tolerance)")
 
 
+# --- serving under load ------------------------------------------------------------------
+
+#: the latency panels of :func:`latency_load`: (column stem, title)
+LOAD_PANELS = (("ttft", "time to first token"), ("tpot", "time per output token"))
+
+
+def latency_load(frame: pd.DataFrame, percentile: str = "p90", per_device: bool = False,
+                 title: str | None = None) -> alt.VConcatChart:
+    """Latency against load for each system and mode of :func:`snlab.serving.load_sweep`:
+    the time to first token and the time per output token [ms] (``percentile``: p50,
+    p90 or p99; log scale) against the request rate [requests/s] (or per device), the
+    line of each system in its colour, colocated solid and disaggregated dashed; below,
+    each system's mean KV transfer per request [ms] with the link it crosses."""
+    if percentile not in ("p50", "p90", "p99"):
+        raise SnlabError("percentile", f"got {percentile!r}", "p50, p90 or p99")
+    needed = {"system", "mode", "rate_rps", "rate_per_device_rps", f"ttft_{percentile}_s", f"tpot_{percentile}_s"}
+    if not isinstance(frame, pd.DataFrame) or not needed <= set(frame.columns):
+        raise SnlabError("frame", "not a load sweep", "a DataFrame from snlab.serving.load_sweep")
+    x_col = "rate_per_device_rps" if per_device else "rate_rps"
+    data = frame.assign(**{f"{stem}_ms": frame[f"{stem}_{percentile}_s"] * 1e3 for stem, _ in LOAD_PANELS},
+                        kv_transfer_ms=frame["kv_transfer_s"] * 1e3,
+                        link_gbs=frame["kv_link_bandwidth_bytes_per_s"] / GB)
+    keep = ["system", "mode", x_col, "ttft_ms", "tpot_ms", "attainment", "goodput_rps", "kv_transfer_ms",
+            "kv_link_level", "link_gbs"]
+    data = data[keep]
+    x_title = "requests per second per device [1/s]" if per_device else "requests per second [1/s]"
+    panels = []
+    for stem, name in LOAD_PANELS:
+        panels.append(alt.Chart(inline_data(data), title=f"{percentile} {name}").mark_line(point=True).encode(
+            x=alt.X(f"{x_col}:Q", title=x_title),
+            y=alt.Y(f"{stem}_ms:Q", scale=alt.Scale(type="log"), title=f"{percentile} {name} [ms]"),
+            color=alt.Color("system:N", title="system"),
+            strokeDash=alt.StrokeDash("mode:N", title="deployment", sort=["colocated", "disaggregated"]),
+            tooltip=[alt.Tooltip("system:N"), alt.Tooltip("mode:N"),
+                     alt.Tooltip(f"{x_col}:Q", title=x_title, format=".3~g"),
+                     alt.Tooltip(f"{stem}_ms:Q", title=f"{percentile} {name} [ms]", format=".3~g"),
+                     alt.Tooltip("attainment:Q", title="within targets [1]", format=".1%"),
+                     alt.Tooltip("goodput_rps:Q", title="goodput [1/s]", format=".3~g")],
+        ).properties(width=300, height=230))
+    split = data[data["mode"] == "disaggregated"].drop_duplicates("system")
+    bars = alt.Chart(inline_data(split), title="KV cache moved per request, prefill to decode").mark_bar().encode(
+        y=alt.Y("system:N", title="system"), x=alt.X("kv_transfer_ms:Q", title="mean KV transfer per request [ms]"),
+        color=alt.Color("kv_link_level:N", title="link"),
+        tooltip=[alt.Tooltip("system:N"), alt.Tooltip("kv_link_level:N", title="link"),
+                 alt.Tooltip("link_gbs:Q", title="link bandwidth, all device pairs [GB/s]", format=".4~g"),
+                 alt.Tooltip("kv_transfer_ms:Q", title="mean transfer [ms]", format=".3~g")],
+    ).properties(width=630, height=24 * max(len(split), 1))
+    return alt.vconcat(alt.hconcat(*panels), bars, title=title or "Latency against load")
+
+
 def enable_offline(offline_mode: bool = True) -> None:
     """Render every chart without a CDN (see :func:`snlab.offline.enable_offline`)."""
     offline.enable_offline(offline_mode)

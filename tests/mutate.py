@@ -33,6 +33,9 @@ TARGETS = {
     "snlab/serving/step.py": ["tests/test_serving_parts.py", "tests/test_serving_engine.py"],
     "snlab/serving/engine.py": ["tests/test_serving_engine.py", "tests/test_serving_parts.py"],
     "snlab/serving/offline.py": ["tests/test_serving_engine.py"],
+    "snlab/serving/service.py": ["tests/test_queue_parts.py"],
+    "snlab/serving/queueing.py": ["tests/test_queue_parts.py"],
+    "snlab/serving/disaggregation.py": ["tests/test_queue_parts.py"],
     "snlab/network.py": ["tests/test_training_parts.py", "tests/test_serving_parts.py", "tests/test_collectives.py",
                          "tests/test_serving_microbench.py"],
     "snlab/energy.py": ["tests/test_power_parts.py"],
@@ -127,6 +130,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "constant 0.0 -> 1"): _BYTE,
     ("snlab/serving/step.py", "utilization = (kv_memory + w.per_device) / np.maximum(hw.hbm_capacity, 1.0)",
      "constant 1.0 -> 2"): "guards a division by a device with no HBM; every device has gigabytes",
+    ("snlab/serving/queueing.py", "self.counter = 0", "constant 0 -> 1"):
+        "the counter's origin: a request's finish and its context are offsets from the counter when it joined",
+    ("snlab/serving/queueing.py", "math.ceil(left / self.svc.tokens_per_step - 1e-9)", "constant 1e-09 -> 2e-09"):
+        "a tolerance that lets an exact division count its steps exactly: any small one does",
 }
 SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
 SECONDS_PER_MUTANT = 20

@@ -25,6 +25,10 @@ SAMPLE = {
     "latency": sp.Rational(5, 10**6), "inner_latency": sp.Rational(1, 10**6),
     "outer_latency": sp.Rational(10, 10**6), "call_latency": sp.Rational(66, 10**7), "group_size": 16, "inner_size": 8,
     "outer_size": 4, "time": sp.Rational(3, 1000),
+    # request queues: a stable server (utilization below 1) and probabilities below 1
+    "arrival_rate": 5, "service_time": sp.Rational(1, 10), "arrival_scv": 1, "service_scv": sp.Rational(1, 2),
+    "utilization": sp.Rational(1, 2), "quantile_level": sp.Rational(9, 10), "attainment": sp.Rational(9, 10),
+    "cache_hit_rate": sp.Rational(2, 5),
 }
 
 

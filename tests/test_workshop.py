@@ -166,3 +166,17 @@ def test_10_the_least_energy_per_token_and_the_cost_ratio():
 @pytest.mark.parametrize("number", ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10"])
 def test_every_lesson_has_an_answer(number):
     assert answer_in(number)
+
+
+def test_11_the_queue_passes_one_second_above_ten_requests_per_second():
+    from snlab.serving import load_sweep
+    load = load_sweep("llama3-70b", ["dgx-h100"], [1, 2, 4, 6, 8, 10, 12, 16], modes=("colocated",),
+                      lengths="azure-conv-2023", requests=600, tp=8, ttft_target=1.0, tpot_target=0.05)
+    cluster = load.set_index("rate_rps")
+    over = cluster[cluster.ttft_p90_s > 1.0].index.min()
+    expected = "below 5 requests/s" if over < 5 else "5 to 10 requests/s" if over <= 10 else "above 10 requests/s"
+    assert answer_in("11") == expected
+    below = cluster.index[cluster.index < over].max()
+    assert f"(between {below} and {over})" in section("11")
+    c13 = claims.c13().numbers["pool vs host memory with a request queue"]
+    assert c13 < 2 and "less than twice" in section("11")

@@ -1,5 +1,6 @@
 """``snlab serve``: time to first token, time per output token, throughput and KV-cache
-placement of one serving deployment (or the best batch under a latency target).
+placement of one serving deployment (or the best batch under a latency target); with
+``--rate``, the deployment under a stream of requests (:mod:`snlab.cli.load`).
 
 Flags are read as text and converted here, so that a bad value ends in one
 ``snlab: error: FIELD: ...`` line naming the field and what it accepts.
@@ -12,6 +13,7 @@ from ..units import fmt_bytes, fmt_joules, fmt_seconds, fmt_watts
 from ..serving.deployment import MAX_REQUESTS
 from ..serving.planner import MAX_COUNT, MAX_DEGREE, MAX_DRAFT_TOKENS
 from . import power_flags
+from . import load
 from .common import count, number, print_json, seconds, side_by_side
 
 #: flag -> (kind, help); kinds: "int" (whole number >= 1, k/M suffixes), "int0" (>= 0),
@@ -64,15 +66,16 @@ def register(sub) -> None:
         p.add_argument("--" + flag.replace("_", "-"), dest=flag, default=None, metavar="X", help=help_)
     p.add_argument("--tpot-target", dest="tpot_target", default=None, metavar="T",
                    help="pick the batch with the best throughput whose time per output token is within T "
-                        "(e.g. 50ms); --batch is then ignored")
+                        "(e.g. 50ms); --batch is then ignored. With --rate: the TPOT target")
+    load.register(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     power_flags.add(p)
     p.set_defaults(func=run)
 
 
-def deployment(args) -> dict:
+def deployment(args, lengths: bool = True) -> dict:
     """The deployment keywords of :func:`snlab.serve` from parsed flags, each checked
-    against its own range."""
+    against its own range (``lengths``: prompt and output lengths required)."""
     out = {}
     for flag, (kind, _) in FLAGS.items():
         text = getattr(args, flag)
@@ -107,7 +110,7 @@ def deployment(args) -> dict:
         else:
             out[flag] = text
     for field in ("prompt_len", "output_len"):
-        if field not in out:
+        if lengths and field not in out:
             raise SnlabError(field, "missing", f"--{field.replace('_', '-')} N (tokens)")
     return out
 
@@ -174,6 +177,11 @@ OFFLINE_ROWS = [
 
 
 def run(args) -> int:
+    if args.rate is not None:
+        dep = deployment(args, lengths=False)
+        for name in ("batch", "prompt_len", "output_len", "context", "scenario", "requests"):
+            dep.pop(name, None)          # the workload's, read by the --rate family
+        return load.run(args, dep)
     dep = deployment(args)
     systems = [s for s in args.system.split(",") if s] if args.system else []
     if not systems:

@@ -3,6 +3,7 @@
 The runs live in TOML files beside this module (``training_runs.toml``,
 ``memory_runs.toml``, ``serving_runs.toml``, ``power_runs.toml``), one ``[[run]]`` per
 published number with its source, inputs, metric and tolerance. ``table()`` gathers all four;
+serving under load has its own (``queue_runs.toml``, :func:`queue_table`);
 :func:`snlab.charts.parity` draws predicted against measured.
 """
 
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 from .memory import memory_runs, memory_table
 from .power import power_runs, power_table
+from .queue import queue_runs, queue_table
 from .runs import read_runs
 from .serving import serving_runs, serving_table
 from .training import training_runs, training_table
 
 __all__ = ["table", "summary", "summary_markdown", "fits_markdown", "training_runs", "training_table",
-           "memory_runs", "memory_table", "serving_runs", "serving_table", "power_runs", "power_table", "read_runs"]
+           "memory_runs", "memory_table", "serving_runs", "serving_table", "power_runs", "power_table", "queue_runs",
+           "queue_table", "read_runs"]
 
 
 def table():
