@@ -22,13 +22,15 @@ from .specs import Device, Model, System
 __version__ = "0.2.0"
 
 _LAZY_MODULES = ("walls", "sizing", "symbols", "units", "presets", "charts", "widgets", "network", "hardware",
-                 "training", "serving", "validation", "claims", "compare", "grid", "uncertainty")
+                 "training", "serving", "validation", "claims", "compare", "grid", "uncertainty",
+                 "exploration")
 
 _LAZY_FUNCTIONS = {
     "train": "snlab.training", "sweep": "snlab.training", "search": "snlab.training",
     "serve": "snlab.serving", "serve_sweep": "snlab.serving", "serve_best": "snlab.serving",
     "formulas": "snlab.walls", "TrainResult": "snlab.training", "ServeResult": "snlab.serving",
     "collective_time": "snlab.network",
+    "explore": "snlab.exploration", "explore_serve": "snlab.exploration", "ExploreResult": "snlab.exploration",
 }
 
 
@@ -44,7 +46,8 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY_MODULES) | set(_LAZY_FUNCTIONS))
 
 
-__all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "collective_time", "device", "model",
+__all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "explore", "explore_serve",
+           "collective_time", "device", "model",
            "system", "Device",
            "Model", "System", "SnlabError", "UnknownPresetError", "TrainResult", "ServeResult", "walls", "sizing",
            "symbols", "formulas", "presets", "network"]
