@@ -4,8 +4,11 @@ runs, in this process or another."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -33,9 +36,17 @@ class Problem:
     _cache: dict = field(default_factory=dict, repr=False)
 
     def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_cache"] = {}
+        # what a worker process takes: presets' read-only provenance maps as plain dicts
+        state = dict(self.__dict__, _cache={})
+        state["models"], state["systems"] = _portable(self.models), _portable(self.systems)
+        state["space"] = copy.copy(self.space)
+        state["space"].specs = _portable(self.space.specs)
         return state
+
+    def __setstate__(self, state):
+        state["models"], state["systems"] = _restored(state["models"]), _restored(state["systems"])
+        state["space"].specs = _restored(state["space"].specs)
+        self.__dict__.update(state)
 
     @property
     def kind(self):
@@ -47,6 +58,36 @@ class Problem:
     def spec(self, index: int) -> tuple:
         """(model, system, precision) of spec ``index``, in sweep's product order."""
         return self.space.specs[index]
+
+
+class _Proxy(dict):
+    """A read-only map (``types.MappingProxyType``, which pickle refuses) in transit."""
+
+
+def _portable(x):
+    if isinstance(x, MappingProxyType):
+        return _Proxy({k: _portable(v) for k, v in x.items()})
+    if isinstance(x, (list, tuple)):
+        return type(x)(_portable(v) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        new = copy.copy(x)
+        for f in dataclasses.fields(x):
+            object.__setattr__(new, f.name, _portable(getattr(x, f.name)))
+        return new
+    return x
+
+
+def _restored(x):
+    if isinstance(x, _Proxy):
+        return MappingProxyType({k: _restored(v) for k, v in x.items()})
+    if isinstance(x, (list, tuple)):
+        return type(x)(_restored(v) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        new = copy.copy(x)
+        for f in dataclasses.fields(x):
+            object.__setattr__(new, f.name, _restored(getattr(x, f.name)))
+        return new
+    return x
 
 
 def build_specs(models: list, systems: list, precisions: list) -> list:

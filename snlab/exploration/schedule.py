@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import sys
 from dataclasses import dataclass
 
 from ..errors import SnlabError
@@ -100,9 +101,10 @@ def _processes(problem: Problem, workers: int, bar) -> Outcome:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     total, interrupted = Partial(), False
-    # spawn: a fresh interpreter, safe whatever threads this one runs (a progress bar's,
-    # a notebook's)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+    # fork on Linux: workers start at once, and a script needs no `if __name__ ==
+    # "__main__"` guard; elsewhere a fresh interpreter (spawn), which does need one
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
                                initializer=_init_worker, initargs=(problem,))
     pending = {pool.submit(_worker_task, group) for group in tasks(problem.space.chunks, workers)}
     try:
