@@ -5,8 +5,10 @@ runs, in this process or another."""
 from __future__ import annotations
 
 import copy
+import ctypes
 import dataclasses
 import itertools
+import sys
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -190,8 +192,34 @@ def _by_axis(problem: Problem, ev, chunk: Chunk, feasible: np.ndarray, key_nd: n
     return out
 
 
+_MALLOC_SET = False
+
+
+def keep_freed_memory() -> None:
+    """Let this worker process reuse the memory numpy frees, as a fresh interpreter does.
+
+    A chunk allocates and frees a few hundred arrays of a few MB each; glibc serves them
+    from the heap once its mmap threshold has adapted to them, unless a trim threshold was
+    set, as Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_`` for its workers: every array then
+    costs fresh pages, and a worker explores about a third slower. Fixing the thresholds
+    (arrays up to 32 MB from the heap, freed memory kept up to 256 MB) restores the rate.
+    Linux with glibc only; elsewhere nothing changes."""
+    global _MALLOC_SET
+    if _MALLOC_SET or not sys.platform.startswith("linux"):
+        return
+    _MALLOC_SET = True
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 32 << 20)
+    mallopt(m_trim_threshold, 256 << 20)
+
+
 def reduce_chunks(problem: Problem, indices) -> Partial:
     """Chunks ``indices`` reduced and merged into one partial result (a worker's task)."""
+    keep_freed_memory()
     total = Partial()
     for index in indices:
         total.merge(reduce_chunk(problem, index), problem.top, bool(problem.pareto))
