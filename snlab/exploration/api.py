@@ -223,7 +223,7 @@ def _result(problem: Problem, outcome, elapsed_s: float) -> ExploreResult:
         rows, ok, best = part.axes[name]
         for i, value in enumerate(values):
             v = value.item() if isinstance(value, np.generic) else value
-            if isinstance(v, float) and k.dimension(name) is None and v.is_integer():
+            if isinstance(v, float) and k.dimension(name) in (None, "count") and v.is_integer():
                 v = int(v)          # a degree, a batch: as the user typed it
             table.append({"axis": name, "value": v, "rows": int(rows[i]), "feasible": int(ok[i]),
                           best_name: float(best[i] * main.sign) if np.isfinite(best[i]) else None})
