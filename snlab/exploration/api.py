@@ -66,44 +66,14 @@ def explore(model, system, *, precision="bf16", devices=None, objective=None, to
     grid.unknown_fields(axes, k.fields, "plan or system" if kind == "train" else "deployment or system")
     models = [load_model(m) for m in grid.axis_values("model", model)]
     systems = [load_system(s) for s in grid.axis_values("system", system)]
-    if kind == "train":
-        precisions = list(grid.axis_values("precision", precision))
-    else:
-        if precision not in (None, "bf16"):
-            k.check_spec(precision)
-        precisions = [None]
-    for p in precisions:
-        if kind == "train":
-            k.check_spec(p)
-    values = {name: normalise_axis(name, v, k.dimension(name), k.allowed(name)) for name, v in axes.items()}
-    order = k.order(values)
-    dims = {n: values[n] for n in order if n in values and len(values[n]) > 1}
-    singles = {n: v for n, v in values.items() if n not in dims}
-    base = {**singles, **{n: v[:1] for n, v in dims.items()}}
+    precisions = _precisions(k, precision)
     specs = build_specs(models, systems, precisions)
-    labels = {}
-    for m, s, p in specs:
-        labels = k.check(m, s, p, base, devices)
-    m0, s0, p0 = specs[0]
-    for name in dims:
-        got = check_axis(k, m0, s0, p0, {**base, name: dims[name]}, name, devices)
-        if name == "overlap":
-            labels = got
-    probe = k.evaluate({}, m0, s0, p0, base, devices)
+    values, dims, singles, labels = _axes(k, specs, axes, devices)
+    probe = k.evaluate({}, *specs[0], {**singles, **{n: v[:1] for n, v in dims.items()}}, devices)
     numeric_inputs = tuple(n for n, v in values.items() if isinstance(v, np.ndarray))
     main = read_objective(objective or k.default_objective, tuple(probe.outputs), numeric_inputs)
-    fronts = ()
-    if pareto is not None:
-        if isinstance(pareto, str):
-            pareto = [x for x in pareto.split(",") if x.strip()]
-        if not isinstance(pareto, (list, tuple)) or not 2 <= len(pareto) <= 3:
-            raise SnlabError("pareto", f"got {pareto!r}", "two or three objectives, e.g. ('tokens_per_s', "
-                                                          "'memory_headroom_bytes')")
-        fronts = tuple(read_objective(o, tuple(probe.outputs), numeric_inputs, "pareto") for o in pareto)
-        if len({o.name for o in fronts}) != len(fronts):
-            raise SnlabError("pareto", f"got {pareto!r}", "different objectives")
-    spec_axes = {"model": [m.name for m in models], "system": [s.name for s in systems],
-                 "precision": precisions}
+    fronts = _fronts(pareto, tuple(probe.outputs), numeric_inputs)
+    spec_axes = {"model": [m.name for m in models], "system": [s.name for s in systems], "precision": precisions}
     space = Space(specs, spec_axes, dims, singles, chunk_rows)
     target = parquet.prepare(out) if out is not None else None
     problem = Problem(kind, models, systems, precisions, space, main, fronts, top, devices,
@@ -120,6 +90,49 @@ def explore(model, system, *, precision="bf16", devices=None, objective=None, to
             "rows": result.rows, "evaluated": result.evaluated, "chunks": result.chunks,
             "chunks_done": result.chunks_done, "files": sorted(outcome.partial.files)})
     return result
+
+
+def _precisions(k, precision) -> list:
+    if k.name != "train":
+        if precision not in (None, "bf16"):
+            k.check_spec(precision)
+        return [None]
+    precisions = list(grid.axis_values("precision", precision))
+    for p in precisions:
+        k.check_spec(p)
+    return precisions
+
+
+def _axes(k, specs: list, axes: dict, devices):
+    """The axes read once (numbers as arrays, quantities in SI units) and refused as the
+    planner would refuse them, before any chunk runs: (values, the axes of more than one
+    value in grid order, the others, the labels of the named choices)."""
+    values = {name: normalise_axis(name, v, k.dimension(name), k.allowed(name)) for name, v in axes.items()}
+    dims = {n: values[n] for n in k.order(values) if n in values and len(values[n]) > 1}
+    singles = {n: v for n, v in values.items() if n not in dims}
+    base = {**singles, **{n: v[:1] for n, v in dims.items()}}
+    labels = {}
+    for m, s, p in specs:
+        labels = k.check(m, s, p, base, devices)
+    for name in dims:
+        got = check_axis(k, *specs[0], {**base, name: dims[name]}, name, devices)
+        if name == "overlap":
+            labels = got
+    return values, dims, singles, labels
+
+
+def _fronts(pareto, outputs: tuple, inputs: tuple) -> tuple:
+    if pareto is None:
+        return ()
+    if isinstance(pareto, str):
+        pareto = [x for x in pareto.split(",") if x.strip()]
+    if not isinstance(pareto, (list, tuple)) or not 2 <= len(pareto) <= 3:
+        raise SnlabError("pareto", f"got {pareto!r}", "two or three objectives, e.g. ('tokens_per_s', "
+                                                      "'memory_headroom_bytes')")
+    fronts = tuple(read_objective(o, outputs, inputs, "pareto") for o in pareto)
+    if len({o.name for o in fronts}) != len(fronts):
+        raise SnlabError("pareto", f"got {pareto!r}", "different objectives")
+    return fronts
 
 
 def explore_serve(model, system, **kwargs) -> ExploreResult:

@@ -73,14 +73,14 @@ class Training:
         return p.pl.ALLOWED.get(name, "a number")
 
     def check_spec(self, precision) -> None:
-        self.planner._check_precision(precision)
+        self.planner.check_precision(precision)
 
     def check(self, model, system, precision, axes: dict, devices) -> dict:
         """Refuse bad axes as the planner would (naming the field); the labels of the
         named choices."""
         p = self.planner
-        p._check_devices(devices)
-        _, _, labels = p._grid(model, system, axes, precision)
+        p.check_devices(devices)
+        _, _, labels = p.build_grid(model, system, axes, precision)
         return labels
 
     def evaluate(self, cache: dict, model, system, precision, axes: dict, devices) -> Evaluated:
@@ -89,7 +89,7 @@ class Training:
         sizes = cache.get(("sizes", id(model)))
         if sizes is None:
             sizes = cache[("sizes", id(model))] = model_sizes(model)
-        g, hw, labels = p._grid(model, system, axes, precision)
+        g, hw, labels = p.build_grid(model, system, axes, precision)
         plan = p.plan_of(g)
         broken = p.pl.violations(model, plan, devices)
         with np.errstate(all="ignore"):
@@ -103,7 +103,7 @@ class Training:
         p = self.planner
         hw = {k: inputs[k] for k in p.SYSTEM_FIELDS if k in axes}
         g = {k: v for k, v in inputs.items() if k not in hw}
-        return p._frame(model, system, precision, g, labels, broken, outputs, hw)
+        return p.build_frame(model, system, precision, g, labels, broken, outputs, hw)
 
     def flat(self, ev: Evaluated, axes: dict):
         """The chunk's columns laid out flat, checked finite, as ``sweep`` lays them out."""
@@ -149,12 +149,12 @@ class Serving:
     def check(self, model, system, precision, axes: dict, devices) -> dict:
         if devices is not None:
             raise SnlabError("devices", "given for serving", "none: a deployment's devices are tp x pp x dp")
-        self.planner._grid(model, system, axes)
+        self.planner.build_grid(model, system, axes)
         return {}
 
     def evaluate(self, cache: dict, model, system, precision, axes: dict, devices) -> Evaluated:
         p = self.planner
-        dep, hw, hw_cols = p._grid(model, system, axes)
+        dep, hw, hw_cols = p.build_grid(model, system, axes)
         broken = p.dp_.violations(model, system, dep)
         with np.errstate(all="ignore"):
             out = p.serve_columns(model, dep, hw)
@@ -167,7 +167,7 @@ class Serving:
         p = self.planner
         hw = {k: inputs[k] for k in p.SYSTEM_FIELDS if k in axes}
         g = {k: v for k, v in inputs.items() if k not in hw}
-        return p._frame(model, system, g, hw, broken, dict(outputs))
+        return p.build_frame(model, system, g, hw, broken, dict(outputs))
 
     def flat(self, ev: Evaluated, axes: dict):
         broken = np.broadcast_to(ev.broken, ev.shape).ravel()

@@ -122,7 +122,8 @@ def axis(name: str, value, k):
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_RANGE:
             raise SnlabError(name, f"steps = {steps!r}", f"a whole number of values from 1 to {MAX_RANGE:,}")
         if steps > 1 and lo == hi:
-            raise SnlabError(name, f"empty range: from = to with {steps} steps", "from and to that differ, or steps = 1")
+            raise SnlabError(name, f"empty range: from = to with {steps} steps",
+                             "from and to that differ, or steps = 1")
         if scale == "log":
             if lo <= 0 or hi <= 0:
                 raise SnlabError(name, "a log range from or to <= 0", "from and to > 0")

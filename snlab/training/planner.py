@@ -358,6 +358,11 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     return pd.DataFrame({k: grid.writable(v) for k, v in data.items()}, copy=False)
 
 
+#: the pieces of sweep that snlab.explore runs chunk by chunk: the open grid of a chunk's
+#: axes, the checks of precision and device count, the frame of evaluated rows
+build_grid, build_frame, check_precision, check_devices = _grid, _frame, _check_precision, _check_devices
+
+
 def sweep(model, system, *, precision="bf16", devices=None, **axes):
     """Evaluate the Cartesian product of the axes in one vectorised call.
 
