@@ -8,7 +8,9 @@ memory (``resource.getrusage``'s ``ru_maxrss``) is its own; a Dask run reports t
 client's peak and the largest worker's. Times are wall time from the call to its result,
 the Dask cluster started beforehand (as a user's cluster is). Targets: at least 1e6
 configurations per second per worker, two workers at least 1.6 times one, a 1e8 run
-under 2 GB.
+under 2 GB. ``busy`` is the CPU time the evaluating processes got over the wall time, per
+worker: below 1, other work on the machine had the cores, and two workers cannot reach
+twice one.
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024      # Linux reports kB
 
 
+def _cpu_s(client) -> float:
+    """CPU seconds used so far by this process, or by the Dask workers."""
+    def used():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    return used() if client is None else sum(client.run(used).values())
+
+
 def one(mode: str, size: float) -> dict:
     """One measurement in this interpreter: ``mode`` is ``inproc`` or ``dask-N``."""
     import snlab
@@ -59,6 +69,7 @@ def one(mode: str, size: float) -> dict:
         client.run(lambda: __import__("snlab").train("llama3-70b", "gb200-nvl72", tp=8, pp=4, dp=8,
                                                        global_batch=1024) and None)
         scheduler = client
+    cpu = _cpu_s(client)
     start = time.perf_counter()
     result = snlab.explore("llama3-70b", "gb200-nvl72", pareto=PARETO, top=10, scheduler=scheduler,
                            progress=False, **axes(size))
@@ -67,6 +78,9 @@ def one(mode: str, size: float) -> dict:
            "configs_per_s": result.rows / seconds, "per_worker": result.rows / seconds / workers,
            "feasible": result.feasible, "front": len(result.pareto), "peak_mb": peak_mb(),
            "best": float(result.top["tokens_per_s"].iloc[0]), "chunk_rows": result.chunk_rows}
+    # CPU seconds the evaluating processes got over the wall time: 1 per worker when each had
+    # a core to itself; less when other work on the machine took the cores
+    out["busy"] = (_cpu_s(client) - cpu) / seconds / workers
     if client is not None:
         peaks = client.run(lambda: __import__("resource").getrusage(
             __import__("resource").RUSAGE_SELF).ru_maxrss / 1024)
@@ -86,7 +100,7 @@ def main() -> None:
         print(json.dumps(one(args.one[0], float(args.one[1]))))
         return
     print(f"{'configurations':>15} {'where':>10} {'workers':>7} {'s':>7} {'configs/s':>12} {'per worker':>12} "
-          f"{'peak MB':>8} {'worker MB':>9}")
+          f"{'peak MB':>8} {'worker MB':>9} {'busy':>5}")
     for size in (float(s) for s in args.sizes.split(",")):
         rates = {}
         for mode in args.modes.split(","):
@@ -98,7 +112,8 @@ def main() -> None:
             r = json.loads(done.stdout.strip().splitlines()[-1])
             rates[mode] = r["configs_per_s"]
             print(f"{r['rows']:>15,} {mode:>10} {r['workers']:>7} {r['seconds']:>7.1f} {r['configs_per_s']:>12,.0f} "
-                  f"{r['per_worker']:>12,.0f} {r['peak_mb']:>8.0f} {r.get('worker_peak_mb', float('nan')):>9.0f}"
+                  f"{r['per_worker']:>12,.0f} {r['peak_mb']:>8.0f} {r.get('worker_peak_mb', float('nan')):>9.0f} "
+                  f"{r['busy']:>5.2f}"
                   f"   front {r['front']}, best {r['best']:,.0f} tokens/s")
         if "dask-2" in rates and "dask-1" in rates:
             print(f"{'':>15} two Dask workers over one: {rates['dask-2'] / rates['dask-1']:.2f}x; "
