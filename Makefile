@@ -84,7 +84,7 @@ SHELL := /bin/bash
 
 VENV        ?= .venv
 LOCK        := binder/requirements.txt
-LOCK_EXTRAS := lab,test
+LOCK_EXTRAS := lab,test,explore
 LOCK_ARGS   ?=
 UV_VERSION  ?= 0.13.9
 # Packages installed by the lock and removed right after (see "The rfc3987-syntax trap").

@@ -23,7 +23,7 @@ __version__ = "0.2.0"
 
 _LAZY_MODULES = ("walls", "sizing", "symbols", "units", "presets", "charts", "widgets", "network", "hardware",
                  "training", "serving", "validation", "claims", "compare", "grid", "uncertainty", "energy",
-                 "energy_prices", "power_cooling")
+                 "energy_prices", "power_cooling", "exploration")
 
 _LAZY_FUNCTIONS = {
     "train": "snlab.training", "sweep": "snlab.training", "search": "snlab.training",
@@ -32,6 +32,7 @@ _LAZY_FUNCTIONS = {
     "formulas": "snlab.walls", "TrainResult": "snlab.training", "ServeResult": "snlab.serving",
     "collective_time": "snlab.network", "full_load": "snlab.energy", "Prices": "snlab.energy_prices",
     "cooling_state": "snlab.power_cooling",
+    "explore": "snlab.exploration", "explore_serve": "snlab.exploration", "ExploreResult": "snlab.exploration",
 }
 
 
@@ -48,7 +49,7 @@ def __dir__():
 
 
 __all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "serve_load", "load_sweep",
-           "serve_capacity", "collective_time", "device", "model",
+           "serve_capacity", "explore", "explore_serve", "collective_time", "device", "model",
            "system", "Device",
            "Model", "System", "SnlabError", "UnknownPresetError", "TrainResult", "ServeResult", "walls", "sizing",
            "symbols", "formulas", "presets", "network", "full_load", "cooling_state", "Prices"]

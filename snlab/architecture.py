@@ -27,7 +27,8 @@ LAYERS = (
     ("hardware and network", ("hardware", "network", "grid", "result", "uncertainty", "energy", "energy_prices"),
      "a system's numbers, collectives over its levels, the planners' grid and result base, error bands, "
      "power and cost from the step models' columns"),
-    ("planners", ("training", "serving"), "rules, step model as named parts, planners, results"),
+    ("planners", ("training", "serving", "exploration"),
+     "rules, step model as named parts, planners, results; grids of any size explored in chunks"),
     ("evidence", ("validation", "claims", "compare"), "published runs, the article's claims, comparisons"),
     ("lab", ("offline", "chart_data", "charts", "tables", "lessons", "widgets", "figures"),
      "charts, tables, the lessons' questions, dashboards, README figures"),

@@ -15,12 +15,12 @@ from .common import Parser
 
 
 def build_parser() -> Parser:
-    from . import collective, compare, evidence, formulas, presets, search, serve, symbols, train
+    from . import collective, compare, evidence, explore, formulas, presets, search, serve, symbols, train
     parser = Parser(prog="snlab", description="SuperNode Lab: the compute, memory and communication walls "
                                               "of large-model training and serving")
     sub = parser.add_subparsers(dest="command", required=True)
     # the subcommand modules, each with register(subparsers), in the order of --help
-    for module in (presets, symbols, formulas, train, compare, search, serve, collective, evidence):
+    for module in (presets, symbols, formulas, train, compare, search, explore, serve, collective, evidence):
         module.register(sub)
     return parser
 

@@ -278,6 +278,11 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
     return pd.DataFrame({k: grid.writable(v) for k, v in data.items()}, copy=False)
 
 
+#: the pieces of serve_sweep that snlab.explore runs chunk by chunk: the open grid of a
+#: chunk's axes and the frame of evaluated rows
+build_grid, build_frame, power_columns = _grid, _frame, _power
+
+
 def serve_sweep(model, system, *, cooling=None, pue=None, prices=None, **axes):
     """Evaluate the Cartesian product of the axes in one vectorised call.
 

@@ -326,6 +326,16 @@ def _rule_error(rule: pl.Rule, model: Model, g: dict) -> SnlabError:
     return SnlabError(rule.field, "broken rule: " + details.get(rule.field, rule.field), rule.message)
 
 
+def reason_codes(broken: np.ndarray, out: dict) -> np.ndarray:
+    """Index into :data:`REASONS` per row: 0 for a plan that fits, then the first broken
+    rule, then device memory, then host or pool memory (arrays broadcast together)."""
+    valid = broken < 0
+    code = np.where(valid, 0, broken + 1).astype(np.int64)
+    fits_dev = out["memory_total_bytes"] <= out["memory_usable_bytes"]
+    code = np.where(valid & ~fits_dev, len(pl.RULES) + 1, code)
+    return np.where(valid & fits_dev & ~np.asarray(out["fits"], dtype=bool), len(pl.RULES) + 2, code)
+
+
 def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, broken: np.ndarray,
            out: dict, hw_axes: dict | None = None):
     import pandas as pd
@@ -359,12 +369,8 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     valid = broken < 0
     for key, col in out.items():
         data[key] = grid.full(col, n)
-    code = np.where(valid, 0, broken + 1).astype(np.int64)
-    fits_dev = out["memory_total_bytes"] <= np.broadcast_to(out["memory_usable_bytes"], (n,))
-    code = np.where(valid & ~fits_dev, len(pl.RULES) + 1, code)
-    code = np.where(valid & fits_dev & ~np.broadcast_to(out["fits"], (n,)), len(pl.RULES) + 2, code)
     data["valid"] = valid
-    data["reason"] = pd.Categorical.from_codes(code, list(REASONS))
+    data["reason"] = pd.Categorical.from_codes(np.broadcast_to(reason_codes(broken, out), (n,)), list(REASONS))
     # the error band of published training runs on this chip family: missing (pd.NA) where
     # no run checks it, as in rows that break a rule; band_runs says how many runs
     band = uncertainty.band("training", system.device.family)
@@ -381,6 +387,11 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     data["limited_by"] = pd.Categorical.from_codes(np.where(valid, limited, -1), ["compute", "communication", "memory"])
     # columns a user can assign into (copy=False: what is already writable stays shared)
     return pd.DataFrame({k: grid.writable(v) for k, v in data.items()}, copy=False)
+
+
+#: the pieces of sweep that snlab.explore runs chunk by chunk: the open grid of a chunk's
+#: axes, the checks of precision and device count, the frame of evaluated rows
+build_grid, build_frame, check_precision, check_devices = _grid, _frame, _check_precision, _check_devices
 
 
 def sweep(model, system, *, precision="bf16", devices=None, cooling=None, pue=None, prices=None, **axes):
