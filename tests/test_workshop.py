@@ -34,13 +34,41 @@ def answer_in(number: str) -> str:
     return match.group(1).strip()
 
 
+def _plans() -> dict:
+    """Each plan of the guide: its stated total [min] and its rows' (lesson, minutes)."""
+    plans = {}
+    for match in re.finditer(r"^### (.+?) \((\d+) h (\d+)\)\n(.*?)(?=^### |^## )", GUIDE, flags=re.S | re.M):
+        rows = re.findall(r"^\| (\d\d)? ?\| .+? \| (\d+) min \|", match.group(4), flags=re.M)
+        plans[match.group(1)] = (60 * int(match.group(2)) + int(match.group(3)), rows)
+    return plans
+
+
 def test_the_guide_covers_every_lesson_in_order():
     numbers = [p.name[:2] for p in LESSONS]
-    table = re.findall(r"^\| (\d\d) \| .+? \| (\d+) min \|", GUIDE, flags=re.M)
-    assert [n for n, _ in table] == numbers
-    assert all(5 <= int(m) <= 60 for _, m in table)
+    full = _plans()["The full day"][1]
+    assert [n for n, _ in full if n] == numbers
+    assert all(5 <= int(m) <= 60 for _, m in full)
     for n in numbers:
         assert "Predict, then check" in section(n)
+
+
+def test_every_plan_adds_up():
+    plans = _plans()
+    assert {"The full day", "A half day", "Two hours"} <= set(plans)
+    times = {n: int(m) for n, m in plans["The full day"][1] if n}
+    for name, (total, rows) in plans.items():
+        assert sum(int(m) for _, m in rows) == total, name
+        for n, m in rows:                       # a lesson takes the same time in every plan
+            assert not n or int(m) == times[n], (name, n)
+
+
+def test_the_guide_has_a_hand_out_troubleshooting_and_an_exercise_per_lesson():
+    assert "## The participants' hand-out" in GUIDE and "Shut Down All Kernels" in GUIDE
+    for topic in ("Windows without make", "Python below 3.11", "A slow Binder", "Many kernels open"):
+        assert topic in GUIDE, topic
+    for n in (p.name[:2] for p in LESSONS):
+        text = section(n)
+        assert "**Open exercise.**" in text and "**Its answer:**" in text, n
 
 
 def _options_answer(value, cuts, options):
