@@ -114,8 +114,11 @@ def validated(family: str, plans: dict, precision: str = "bf16"):
         lo, hi = r[key]
         values = np.asarray(values, dtype=float)
         ok &= (values >= lo) & (values <= hi)
-    ok &= np.isin(np.asarray(plans["zero"]).astype(int), r["zero"])
-    ok &= np.isin(np.asarray(plans["recompute"]).astype(str), r["recompute"])
+    zero, recompute = np.asarray(plans["zero"]), np.asarray(plans["recompute"])
+    if zero.size == 1 and recompute.size == 1:          # one plan: a set lookup, not np.isin
+        return ok & (int(zero.ravel()[0]) in r["zero"]) & (str(recompute.ravel()[0]) in r["recompute"])
+    ok &= np.isin(zero.astype(int), r["zero"])
+    ok &= np.isin(recompute.astype(str), r["recompute"])
     return ok
 
 
