@@ -28,7 +28,7 @@ _LAZY_FUNCTIONS = {
     "train": "snlab.training", "sweep": "snlab.training", "search": "snlab.training",
     "serve": "snlab.serving", "serve_sweep": "snlab.serving", "serve_best": "snlab.serving",
     "formulas": "snlab.walls", "TrainResult": "snlab.training", "ServeResult": "snlab.serving",
-    "collective_time": "snlab.network",
+    "collective_time": "snlab.network", "collective": "snlab.network",
 }
 
 
@@ -44,7 +44,8 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY_MODULES) | set(_LAZY_FUNCTIONS))
 
 
-__all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "collective_time", "device", "model",
+__all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "collective_time", "collective", "device",
+           "model",
            "system", "Device",
            "Model", "System", "SnlabError", "UnknownPresetError", "TrainResult", "ServeResult", "walls", "sizing",
            "symbols", "formulas", "presets", "network"]
