@@ -23,8 +23,9 @@ LAYERS = (
     ("walls", ("walls", "sizing"), "the three walls (and serving) as sympy formulas, one module each; a "
                                     "model's sizes from them"),
     ("presets", ("schema", "specs", "presets"), "preset data, its schema, frozen objects"),
-    ("hardware and network", ("hardware", "network", "grid", "result", "uncertainty"),
-     "a system's numbers, collectives over its levels, the planners' grid and result base, error bands"),
+    ("hardware and network", ("hardware", "topology", "network", "grid", "result", "uncertainty"),
+     "a system's numbers, where a group sits on a torus or mesh, collectives over its levels, the planners' grid "
+     "and result base, error bands"),
     ("planners", ("training", "serving"), "rules, step model as named parts, planners, results"),
     ("evidence", ("validation", "claims", "compare"), "published runs, the article's claims, comparisons"),
     ("lab", ("offline", "chart_data", "charts", "widgets", "figures"), "charts, dashboards, README figures"),

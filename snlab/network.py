@@ -66,9 +66,10 @@ def inner_bandwidth(n1, stride, hw: Hardware):
     if kind == "mesh":
         return np.maximum(n1 - 1, 1.0) * axis.links * axis.link_bandwidth
     g = topo.group_axes(n1, stride, hw)
-    one = cm.axis_all_to_all_time(message_bytes=1.0, group_size=np.maximum(n1, 2.0), call_latency=0.0,
-                                  link_bandwidth=g.injection, link_efficiency=1.0,
-                                  **{**g.inputs(), **{f"axis_latency_{a}": 0.0 for a in topo.AXES}})
+    one = cm.axis_all_to_all_time.evaluate({**g.inputs(), **{f"axis_latency_{a}": 0.0 for a in topo.AXES},
+                                             "message_bytes": 1.0, "group_size": np.maximum(n1, 2.0),
+                                             "call_latency": 0.0, "link_bandwidth": g.injection,
+                                             "link_efficiency": 1.0})
     return (np.maximum(n1, 2.0) - 1) / np.maximum(n1, 2.0) / one
 
 
@@ -373,6 +374,20 @@ def with_slice(hw: Hardware, devices, dims=None) -> Hardware:
     domain = float(dims[0] * dims[1] * dims[2])
     return hw.replace(slice_x=float(dims[0]), slice_y=float(dims[1]), slice_z=float(dims[2]),
                       scale_up_domain_size=domain)
+
+
+def placed(system, hw: Hardware, devices, given=None) -> Hardware:
+    """``hw`` with each row's slice on a torus: the shapes ``given`` (``(shapes, index)``:
+    a list of axis lengths or None, and each row's index into it) or the scheduler's for the
+    row's ``devices``; each slice is its job's scale-up domain. Other levels are returned as
+    they are (a mesh's or a switch's domain is fixed)."""
+    top = system.scale_up.topology
+    if top.kind != "torus":
+        return hw
+    if given is None and not top.reconfigurable:
+        return hw
+    X, Y, Z = topo.slice_columns(top, devices, given)
+    return hw.replace(slice_x=X, slice_y=Y, slice_z=Z, scale_up_domain_size=X * Y * Z)
 
 
 @dataclass(frozen=True)

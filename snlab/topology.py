@@ -237,3 +237,33 @@ def slices_for(devices: int, topology) -> list[tuple[int, ...]]:
 def slice_text(dims) -> str:
     """A slice shape as text: ``"4x4x8"``."""
     return "x".join(str(int(d)) for d in dims)
+
+
+def slice_columns(topology, devices, given=None) -> tuple:
+    """The slice (lengths along x, y, z) of each row's job: ``given`` (a shape per row,
+    as a list indexed by ``given[1]``: ``(shapes, index)``), else the scheduler's shape for
+    the row's ``devices`` (:func:`auto_slice`); broadcast like ``devices``."""
+    devices = np.asarray(devices, dtype=float)
+    out = [np.ones(devices.shape) for _ in AXES]
+    if given is not None:
+        shapes, index = given
+        index = np.broadcast_to(np.asarray(index, dtype=int), devices.shape)
+    else:
+        shapes, index = None, None
+    keys = np.stack([devices.ravel()] + ([index.ravel()] if index is not None else []), axis=1)
+    for key in np.unique(keys, axis=0):
+        n, pick = int(key[0]), (int(key[1]) if index is not None else -1)
+        shape = shapes[pick] if shapes is not None and shapes[pick] is not None else auto_slice(max(n, 1), topology)
+        shape = tuple(shape) + (1,) * (3 - len(shape))
+        rows = (devices == n) if index is None else (devices == n) & (index == pick)
+        for i in range(3):
+            out[i] = np.where(rows, float(shape[i]), out[i])
+    return tuple(o[()] if o.ndim == 0 else o for o in out)
+
+
+def check_slice(dims, devices: int, field: str = "slice") -> None:
+    """A job of ``devices`` devices runs on one slice of ``dims`` or on several equal ones."""
+    size = math.prod(dims)
+    if devices > size and devices % size:
+        raise SnlabError(field, f"{slice_text(dims)} holds {size} devices; the job has {devices}",
+                         f"a slice of at least {devices} devices, or one whose size divides it")

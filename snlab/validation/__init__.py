@@ -1,28 +1,32 @@
 """Validation: published runs, what snlab predicts for them, and the error.
 
-The runs live in TOML files beside this module (``training_runs.toml``,
-``memory_runs.toml``, ``serving_runs.toml``), one ``[[run]]`` per published number
+The runs live in TOML files beside this module (``training_runs.toml`` and
+``topology_runs.toml``, ``memory_runs.toml``, ``serving_runs.toml``,
+``collective_runs.toml``), one ``[[run]]`` per published number
 with its source, inputs, metric and tolerance. ``table()`` gathers all three;
 :func:`snlab.charts.parity` draws predicted against measured.
 """
 
 from __future__ import annotations
 
+from .collectives import collective_runs, collective_table
 from .memory import memory_runs, memory_table
 from .runs import read_runs
 from .serving import serving_runs, serving_table
 from .training import training_runs, training_table
 
-__all__ = ["table", "summary", "summary_markdown", "training_runs", "training_table",
+__all__ = ["table", "summary", "summary_markdown", "training_runs", "training_table", "collective_runs",
+           "collective_table",
            "memory_runs", "memory_table", "serving_runs", "serving_table", "read_runs"]
 
 
 def table():
-    """Every shipped run, training, memory and serving, with a ``kind`` column."""
+    """Every shipped run, training, memory, serving and collective, with a ``kind`` column."""
     import pandas as pd
 
     parts = []
-    for kind, frame in (("training", training_table()), ("memory", memory_table()), ("serving", serving_table())):
+    for kind, frame in (("training", training_table()), ("memory", memory_table()), ("serving", serving_table()),
+                        ("collective", collective_table())):
         frame = frame.copy()
         frame.insert(0, "kind", kind)
         parts.append(frame)
