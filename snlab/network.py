@@ -64,13 +64,14 @@ def inner_bandwidth(n1, stride, hw: Hardware):
         return shared(hw.scale_up_bandwidth, n1 * stride, hw.scale_up_oversubscription, hw.scale_up_tier_devices)
     axis = hw.topology.axes[0]
     if kind == "mesh":
+        # (a group of one has no inner traffic: the floor only keeps the rate positive)
         return np.maximum(n1 - 1, 1.0) * axis.links * axis.link_bandwidth
-    g = topo.group_axes(n1, stride, hw)
+    pair = np.maximum(n1, 2.0)                  # (a group of one: priced as a pair, and not used)
+    g = topo.group_axes(pair, stride, hw)
     one = cm.axis_all_to_all_time.evaluate({**g.inputs(), **{f"axis_latency_{a}": 0.0 for a in topo.AXES},
-                                             "message_bytes": 1.0, "group_size": np.maximum(n1, 2.0),
-                                             "call_latency": 0.0, "link_bandwidth": g.injection,
-                                             "link_efficiency": 1.0})
-    return (np.maximum(n1, 2.0) - 1) / np.maximum(n1, 2.0) / one
+                                             "message_bytes": 1.0, "group_size": pair, "call_latency": 0.0,
+                                             "link_bandwidth": g.injection, "link_efficiency": 1.0})
+    return (pair - 1) / pair / one
 
 
 def outer_bandwidth(n, stride, hw: Hardware):
@@ -199,8 +200,10 @@ def sliced(op: str, S, n, stride, hw: Hardware):
                   call_latency=where(spans, np.maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
                                      hw.scale_up_call_latency))
     if op == "all-to-all":
-        return cm.sliced_all_to_all_time.evaluate({**inputs, "group_size": np.maximum(g.inner, 2.0),
-                                                   "link_bandwidth": g.injection})
+        # (a group with one member per slice sends nothing inside one: any positive rate will do)
+        return cm.sliced_all_to_all_time.evaluate({**inputs, "group_size": g.inner,
+                                                   "link_bandwidth": where(g.injection > 0, g.injection,
+                                                                           link_bandwidth(hw))})
     formula = cm.sliced_all_reduce_time if op == "all-reduce" else cm.sliced_reduce_scatter_time
     return formula.evaluate(inputs)
 
@@ -231,7 +234,7 @@ def all_to_all(S, n, stride, hw: Hardware):
     return where(n > 1, t, 0.0)
 
 
-def one_shot_all_reduce(S, n, stride, hw: Hardware):
+def one_shot_all_reduce(S, n, hw: Hardware, stride=1.0):
     """Time of a one-shot all-reduce inside one scale-up domain [s]: every member reads
     each peer's whole buffer over its links and reduces it locally
     (:data:`snlab.walls.communication.direct_all_reduce_time`), at the group's bandwidth
@@ -370,10 +373,8 @@ def with_slice(hw: Hardware, devices, dims=None) -> Hardware:
     top = hw.topology
     if dims is None:
         dims = topo.auto_slice(int(devices), top)
-    dims = tuple(dims) + (1,) * (3 - len(dims))
-    domain = float(dims[0] * dims[1] * dims[2])
-    return hw.replace(slice_x=float(dims[0]), slice_y=float(dims[1]), slice_z=float(dims[2]),
-                      scale_up_domain_size=domain)
+    x, y, z = (tuple(dims) + (1, 1))[:3]
+    return hw.replace(slice_x=float(x), slice_y=float(y), slice_z=float(z), scale_up_domain_size=float(x * y * z))
 
 
 def placed(system, hw: Hardware, devices, given=None) -> Hardware:
@@ -454,7 +455,7 @@ def collective(system, op: str, message_bytes: float, devices: int, *, stride: i
         if op != "all-reduce" or devices * stride > hw.scale_up_domain_size or wiring(hw) == "axes":
             raise SnlabError("algorithm", f"one-shot for a {op} over {devices} devices of {s.name}",
                              "auto; one-shot is an all-reduce inside one switch or full-mesh domain")
-        t = float(one_shot_all_reduce(S, n, k, hw))
+        t = float(one_shot_all_reduce(S, n, hw, k))
     else:
         op_fn = {"all-reduce": all_reduce, "reduce-scatter": reduce_scatter, "all-gather": reduce_scatter,
                  "all-to-all": all_to_all}[op]
@@ -483,16 +484,12 @@ def describe(op: str, S, n, stride, hw: Hardware, algorithm: str = "auto") -> tu
             op, "dimension-ordered bidirectional rings, one chunk per axis, all axes at once")
         across = f", then across {float(g.slices):g} slices over the scale-out network" if float(g.slices) > 1 else ""
         return what + across, f"{shape} in the slice ({', '.join(rings)})"
-    best = None
-    for fits, n1, n2 in placements(n, stride, hw):
-        if not bool(fits):
-            continue
-        lv = levels(n1, n2, hw, stride)
-        t = float({"all-to-all": cm.hierarchical_all_to_all_time, "all-reduce": cm.hierarchical_all_reduce_time}.get(
-            op, cm.hierarchical_reduce_scatter_time)(message_bytes=S, **lv))
-        if best is None or t < best[0]:
-            best = (t, float(n1), float(n2), lv)
-    _, n1, n2, lv = best
+    formula = {"all-to-all": cm.hierarchical_all_to_all_time, "all-reduce": cm.hierarchical_all_reduce_time}.get(
+        op, cm.hierarchical_reduce_scatter_time)
+    # the placement the collective is priced at: the fastest that fits (:func:`fastest`)
+    n1, n2 = min(((float(n1), float(n2)) for fits, n1, n2 in placements(n, stride, hw) if bool(fits)),
+                 key=lambda p: float(formula(message_bytes=S, **levels(np.float64(p[0]), np.float64(p[1]), hw,
+                                                                       stride))))
     where_ = f"{n1:g} per scale-up domain x {n2:g} domain{'s' if n2 > 1 else ''}"
     links = "over the full mesh, one ring per link (n - 1 links of each device)" if kind == "mesh" else \
         "through the switch"
@@ -504,10 +501,7 @@ def describe(op: str, S, n, stride, hw: Hardware, algorithm: str = "auto") -> tu
             (", both levels at once" if n2 > 1 else ""), where_
     if n2 == 1:
         return f"ring {links}", where_
-    a1, a2 = float(lv["inner_latency"]), float(lv["outer_latency"])
-    ring = n2 * (n1 - 1) * a1 + (n2 - 1) * a2
-    tree = (n1 - 1) * a1 + np.log2(n2) * a2
-    if op == "all-reduce" and tree < ring:
+    if op == "all-reduce":      # the tree's fill (log2 n2 steps across) is never longer than the ring's
         return f"ring inside each domain ({links}), double binary tree across domains", where_
     return f"one ring through every domain ({links} inside)", where_
 

@@ -89,7 +89,7 @@ def group_axes(n, stride, hw) -> GroupAxes:
     inner = where(stride >= per_slice, 1.0, np.minimum(n, np.floor(per_slice / stride)))
     before = 1.0
     size, paths, cut, bandwidth, latency = [], [], [], [], []
-    tiled = np.mod(per_slice, stride * inner) == 0
+    tiled = True
     count = 1.0
     slowest = min(a.links * a.link_bandwidth for a in axes)
     if top.wrap_multiple:      # slices cut by optical switches: wrap-around on slices of whole cubes
@@ -100,7 +100,7 @@ def group_axes(n, stride, hw) -> GroupAxes:
         low = np.clip(stride / before, 1.0, X)
         high = np.clip(stride * inner / before, 1.0, X)
         k = high / low
-        tiled = tiled & (k == np.round(k)) & (np.mod(X, high) == 0)
+        tiled = tiled & (k == np.round(k)) & (np.mod(X, high) == 0) & (np.mod(high, low) == 0)
         count = count * k
         axis = axes[i] if i < len(axes) else axes[0]
         link = axis.links * axis.link_bandwidth
@@ -114,15 +114,18 @@ def group_axes(n, stride, hw) -> GroupAxes:
             bandwidth.append(link / low)
             latency.append(hw.scale_up_latency * low)
         elif axis.kind == "mesh":
+            # (an unused axis, k = 1, gets the floors: its terms carry a factor k - 1 = 0)
             paths.append(np.maximum(k - 1, 1.0) * axis.links)
             cut.append(np.maximum(np.floor(k / 2) * np.ceil(k / 2), 1.0) * axis.links)
-            bandwidth.append(axis.link_bandwidth + 0 * k)
-            latency.append(hw.scale_up_latency + 0 * k)
-        else:                                       # a switch joining the meshes below it
-            paths.append(1.0 + 0 * k)
-            cut.append(np.maximum(k * k / (4 * np.maximum(k - 1, 1.0)), 1.0))
-            bandwidth.append(axis.link_bandwidth + 0 * k)
-            latency.append(hw.scale_up_latency + 0 * k)
+            bandwidth.append(np.full_like(k, axis.link_bandwidth))
+            latency.append(np.full_like(k, hw.scale_up_latency))
+        else:
+            # a non-blocking switch joining the meshes below it: one link per device into it,
+            # and a bisection as wide as its k members' links, so a device's own link binds
+            paths.append(np.ones_like(k))
+            cut.append(k)
+            bandwidth.append(np.full_like(k, axis.link_bandwidth))
+            latency.append(np.full_like(k, hw.scale_up_latency))
         size.append(k)
         before = before * X
     tiled = tiled & (count == inner)
@@ -156,65 +159,40 @@ def parse_slice(text: str, topology) -> tuple[int, ...]:
         raise SnlabError("slice", f"got {text!r}", allowed) from None
     if len(dims) != len(axes) or any(d < 1 or d > a.size for d, a in zip(dims, axes)):
         raise SnlabError("slice", f"got {text!r}", allowed)
+    cube = topology.wrap_multiple
+    if cube and not (all(d % cube == 0 for d in dims) or all(d <= cube for d in dims)):
+        raise SnlabError("slice", f"got {text!r}", f"whole {cube}-long cubes along every axis (e.g. "
+                         f"'{cube}x{cube}x{2 * cube}'), or a slice within one cube")
     return dims
 
 
 def auto_slice(devices: int, topology) -> tuple[int, ...]:
     """The slice a scheduler gives ``devices`` devices of a pod cut by optical switches,
-    as Google's standard shapes are (4x4x4, 4x4x8, 4x8x8, 8x8x8 ... 16x16x24): each prime
-    factor, largest first, multiplies the shortest axis that stays within the pod, and
-    the lengths are sorted, shortest innermost. Jobs larger than the largest slice span
-    several equal slices (multislice): the largest slice shape that divides the job.
-    A fixed torus or mesh has one slice, the domain."""
+    as Google's standard shapes are (4x4x4, 4x4x8, 4x8x8, 8x8x8 ... 16x16x24): of the
+    valid shapes (:func:`slices_for`), the most cubic one (the shortest longest axis),
+    lengths sorted shortest innermost. Jobs no one slice holds span several equal slices
+    (multislice): the largest slice size that divides the job and has a valid shape. A
+    fixed torus or mesh has one slice, the domain."""
     axes = topology.axes
     if not topology.reconfigurable:
         return tuple(a.size for a in axes)
-    limits = [a.size for a in axes]
-    for per in sorted((d for d in _divisors(devices) if d <= math.prod(limits)), reverse=True):
-        shape = _shape(per, limits)
-        if shape is not None:
-            return shape
-    return (1,) * len(axes)
+    # a slice of one device is always valid, so some divisor has a shape
+    shapes = next(found for per in reversed(_divisors(devices)) if (found := _valid(per, topology)))
+    return min(shapes, key=lambda d: (max(d), -min(d), d))
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0] + \
-        [n // d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    """The divisors of ``n``, in increasing order."""
+    import sympy
+    return [int(d) for d in sympy.divisors(n)]
 
 
-def _factors(n: int) -> list[int]:
-    out, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out + ([n] if n > 1 else [])
-
-
-def _shape(devices: int, limits: list[int]) -> tuple[int, ...] | None:
-    dims = [1] * len(limits)
-    for f in sorted(_factors(devices), reverse=True):
-        order = sorted(range(len(dims)), key=lambda i: (dims[i], -i))
-        for i in order:
-            if dims[i] * f <= limits[i]:
-                dims[i] *= f
-                break
-        else:
-            return None
-    dims = sorted(dims)
-    return tuple(dims) if all(d <= lim for d, lim in zip(dims, limits)) else None
-
-
-def slices_for(devices: int, topology) -> list[tuple[int, ...]]:
-    """Every slice shape of a pod cut by optical switches for ``devices`` devices (or
-    for the largest share of them that one slice holds): the orderings of the lengths
-    along the axes, each within the pod. For a fixed topology, its one slice."""
-    axes = topology.axes
-    if not topology.reconfigurable:
-        return [tuple(a.size for a in axes)]
-    per = math.prod(auto_slice(devices, topology))
-    limits = [a.size for a in axes]
+def _valid(per: int, topology) -> list[tuple[int, ...]]:
+    """Every slice of ``per`` devices a pod cut by optical switches can make: each length
+    within the pod's axis, and either whole cubes (every length a multiple of the cube's
+    edge, ``wrap_multiple``) or a slice within one cube."""
+    limits = [a.size for a in topology.axes]
+    cube = topology.wrap_multiple
     found = []
 
     def grow(prefix, left):
@@ -228,10 +206,18 @@ def slices_for(devices: int, topology) -> list[tuple[int, ...]]:
                 grow(prefix + [d], left // d)
 
     grow([], per)
-    cube = topology.wrap_multiple
-    if per >= cube ** len(limits):      # slices of whole cubes: every length a multiple of the cube's edge
-        found = [f for f in found if all(d % cube == 0 for d in f)]
-    return sorted(set(found))
+    whole = [f for f in found if all(d % cube == 0 for d in f)]
+    within = [f for f in found if all(d <= cube for d in f)]
+    return sorted(set(whole + within))
+
+
+def slices_for(devices: int, topology) -> list[tuple[int, ...]]:
+    """Every slice shape of a pod cut by optical switches for ``devices`` devices (or for
+    the share of them one slice holds, :func:`auto_slice`): each ordering of lengths along
+    the axes that the pod can make. For a fixed topology, its one slice."""
+    if not topology.reconfigurable:
+        return [tuple(a.size for a in topology.axes)]
+    return _valid(math.prod(auto_slice(devices, topology)), topology)
 
 
 def slice_text(dims) -> str:
@@ -245,20 +231,14 @@ def slice_columns(topology, devices, given=None) -> tuple:
     the row's ``devices`` (:func:`auto_slice`); broadcast like ``devices``."""
     devices = np.asarray(devices, dtype=float)
     out = [np.ones(devices.shape) for _ in AXES]
-    if given is not None:
-        shapes, index = given
-        index = np.broadcast_to(np.asarray(index, dtype=int), devices.shape)
-    else:
-        shapes, index = None, None
-    keys = np.stack([devices.ravel()] + ([index.ravel()] if index is not None else []), axis=1)
-    for key in np.unique(keys, axis=0):
-        n, pick = int(key[0]), (int(key[1]) if index is not None else -1)
-        shape = shapes[pick] if shapes is not None and shapes[pick] is not None else auto_slice(max(n, 1), topology)
-        shape = tuple(shape) + (1,) * (3 - len(shape))
-        rows = (devices == n) if index is None else (devices == n) & (index == pick)
-        for i in range(3):
-            out[i] = np.where(rows, float(shape[i]), out[i])
-    return tuple(o[()] if o.ndim == 0 else o for o in out)
+    shapes, index = given if given is not None else ([None], np.zeros(devices.shape, dtype=int))
+    index = np.broadcast_to(np.asarray(index, dtype=int), devices.shape)
+    for n, pick in np.unique(np.stack([devices.ravel(), index.ravel()], axis=1), axis=0):
+        shape = shapes[int(pick)] or auto_slice(int(n), topology)
+        rows = (devices == n) & (index == pick)
+        for i, length in enumerate((tuple(shape) + (1, 1))[:3]):
+            out[i] = np.where(rows, float(length), out[i])
+    return tuple(o[()] for o in out)
 
 
 def check_slice(dims, devices: int, field: str = "slice") -> None:

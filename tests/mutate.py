@@ -34,7 +34,8 @@ TARGETS = {
     "snlab/serving/engine.py": ["tests/test_serving_engine.py", "tests/test_serving_parts.py"],
     "snlab/serving/offline.py": ["tests/test_serving_engine.py"],
     "snlab/network.py": ["tests/test_training_parts.py", "tests/test_serving_parts.py", "tests/test_collectives.py",
-                         "tests/test_serving_microbench.py"],
+                         "tests/test_serving_microbench.py", "tests/test_topology.py"],
+    "snlab/topology.py": ["tests/test_topology.py", "tests/test_collectives.py"],
 }
 #: mutants that cannot change a result: (module, a fragment of the source line, the
 #: mutation, for a constant optionally with " in <its expression>") and why. An entry
@@ -125,6 +126,11 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "constant 0.0 -> 1"): _BYTE,
     ("snlab/serving/step.py", "utilization = (kv_memory + w.per_device) / np.maximum(hw.hbm_capacity, 1.0)",
      "constant 1.0 -> 2"): "guards a division by a device with no HBM; every device has gigabytes",
+    ("snlab/network.py", "link_bandwidth\": where(g.injection > 0, g.injection,", "constant 0 -> 1"): _FLAG,
+    ("snlab/topology.py", "paths.append(np.maximum(k - 1, 1.0) * axis.links)", "constant 1.0 -> 2"):
+        "floors the paths of an axis the group does not use (k = 1), whose terms carry k - 1 = 0",
+    ("snlab/topology.py", "cut.append(np.maximum(np.floor(k / 2) * np.ceil(k / 2), 1.0) * axis.links)",
+     "constant 1.0 -> 2"): "floors the cut of an axis the group does not use (k = 1), whose term carries min(k - 1, 1) = 0",
 }
 SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
 SECONDS_PER_MUTANT = 20

@@ -149,7 +149,7 @@ def tensor_all_reduce(S, n, hw: Hardware):
     at the group's bandwidth: on a full mesh its members' mutual links), else the collective
     library's (:func:`snlab.network.all_reduce`), whichever is faster for the message."""
     library = net.all_reduce(S, n, 1.0, hw)
-    direct = net.one_shot_all_reduce(S, n, 1.0, hw)
+    direct = net.one_shot_all_reduce(S, n, hw)
     usable = (hw.scale_up_direct_call_latency > 0) & (n <= hw.scale_up_domain_size) & (n > 1)
     return where(usable, np.minimum(library, direct), library)
 

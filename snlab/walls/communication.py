@@ -144,7 +144,9 @@ b_ax = {a: getattr(sym, f"axis_bandwidth_{a}") for a in _AXES}
 a_ax = {a: getattr(sym, f"axis_latency_{a}") for a in _AXES}
 #: 1 on an axis the group uses (k >= 2), 0 on one it does not (k = 1)
 used = {a: sp.Min(k[a] - 1, 1) for a in _AXES}
-axes_used = sum(used.values())
+#: chunks the buffer is cut into: one per used axis (at least one, for a group with a
+#: single member per slice, whose slices then do all the work)
+axes_used = sp.Max(sum(used.values()), 1)
 #: the order in which each chunk visits the axes: chunk x goes x, y, z; chunk y goes y, z, x;
 #: chunk z goes z, x, y, so that at the start every used axis carries a chunk
 _ORDER = {"x": "xyz", "y": "yzx", "z": "zxy"}
