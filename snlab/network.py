@@ -468,6 +468,21 @@ def collective(system, op: str, message_bytes: float, devices: int, *, stride: i
                       topology=top.describe(), placement=where_, efficiency_source=source)
 
 
+def collective_frame(systems, op: str, devices, message_bytes: float):
+    """One row per system and group size: the collective's time [s], NCCL's bus bandwidth
+    [GB/s], the algorithm priced and where the group sits (:func:`collective`): a pandas
+    DataFrame for the side-by-side charts of switches, meshes and tori."""
+    import pandas as pd
+    rows = []
+    for system in systems:
+        for n in devices:
+            c = collective(system, op, message_bytes, n)
+            rows.append({"system": c.system, "devices": int(n), "time_s": c.time_s,
+                         "bus_bandwidth_gbs": c.bus_bandwidth / 1e9, "algorithm": c.algorithm,
+                         "placement": c.placement, "topology": c.topology})
+    return pd.DataFrame(rows)
+
+
 def describe(op: str, S, n, stride, hw: Hardware, algorithm: str = "auto") -> tuple[str, str]:
     """The algorithm a collective is priced with, and where its group sits, in words."""
     kind = wiring(hw)

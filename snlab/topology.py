@@ -247,3 +247,15 @@ def check_slice(dims, devices: int, field: str = "slice") -> None:
     if devices > size and devices % size:
         raise SnlabError(field, f"{slice_text(dims)} holds {size} devices; the job has {devices}",
                          f"a slice of at least {devices} devices, or one whose size divides it")
+
+
+def one_ring(system, devices: int):
+    """The same chips and links wired as one ring of ``devices``: what a torus slice is
+    compared with (every chip keeps two of its links, to its two ring neighbours, at the
+    slowest axis's rate). A teaching what-if, not a shipped system."""
+    from .specs import Axis, Topology
+    axes = system.scale_up.topology.axes
+    link = min(a.links * a.link_bandwidth for a in axes)
+    return system.replace(name=f"{system.name} as one ring", scale_up_domain_size=int(devices),
+                          scale_up_bandwidth=2 * link,
+                          scale_up_topology=Topology("torus", axes=(Axis("ring", int(devices), link),)))

@@ -115,6 +115,9 @@ def test_a_3d_slice_gets_three_times_the_bus_bandwidth_of_one_ring_of_the_same_c
     ring = snlab.system("tpu-v5p-pod").replace(
         scale_up_topology=Topology("torus", axes=(Axis("ring", 64, b),)), scale_up_domain_size=64,
         scale_up_bandwidth=2 * b)
+    lesson = topo.one_ring(snlab.system("tpu-v5p-pod"), 64)          # the what-if notebook 03 uses
+    assert lesson.scale_up == ring.scale_up and lesson.name == "tpu-v5p-pod as one ring"
+    assert topo.one_ring(snlab.system("trn2-ultraserver"), 64).scale_up.bandwidth == 128e9
     ring1 = snlab.collective(ring, "all-reduce", S, 64)
     assert slice3.time_s == approx(call + 2 * 9 * hop + 2 * 21 * S / (128 * eta * b), rel=1e-12)
     assert ring1.time_s == approx(call + 2 * 63 * hop + 2 * 63 * S / (128 * eta * b), rel=1e-12)
@@ -619,3 +622,17 @@ def test_the_collective_reports_its_algorithm_and_placement():
     assert snlab.collective("tpu-v5p-pod", "all-to-all", 1e9, 64).algorithm.startswith("dimension-ordered all-to-all")
     with pytest.raises(SnlabError, match="algorithm"):
         snlab.collective("mi300x-platform", "all-reduce", 1e6, 4, stride=4, algorithm="one-shot")
+
+
+def test_the_side_by_side_frame_and_the_system_picker():
+    frame = net.collective_frame(["dgx-b200", "mi300x-platform", "tpu-v5p-pod"], "all-reduce", [4, 8], 256e6)
+    assert len(frame) == 6 and set(frame["system"]) == {"dgx-b200", "mi300x-platform", "tpu-v5p-pod"}
+    row = frame[(frame.system == "mi300x-platform") & (frame.devices == 4)].iloc[0]
+    c = snlab.collective("mi300x-platform", "all-reduce", 256e6, 4)
+    assert row.bus_bandwidth_gbs == approx(c.bus_bandwidth / 1e9) and row.time_s == approx(c.time_s)
+    assert row.placement == c.placement and row.topology == "full-mesh 8 (mesh)"
+    from snlab import widgets
+    names = [value for _, value in widgets.system_options()]
+    assert names[0] == widgets.NO_SYSTEM and set(NEW_SYSTEMS) <= set(names)
+    assert widgets._with(("a", "b"), "c") == ("a", "b", "c") and widgets._with(("a", "b"), "b") == ("a", "b")
+    assert widgets._with(("a",), widgets.NO_SYSTEM) == ("a",)
