@@ -65,7 +65,7 @@ def inner_bandwidth(n1, stride, hw: Hardware):
     axis = hw.topology.axes[0]
     if kind == "mesh":
         # (a group of one has no inner traffic: the floor only keeps the rate positive)
-        return np.maximum(n1 - 1, 1.0) * axis.links * axis.link_bandwidth
+        return np.maximum(n1 - 1, 1.0) * axis.links * axis.link_bandwidth * topo.link_scale(hw)
     pair = np.maximum(n1, 2.0)                  # (a group of one: priced as a pair, and not used)
     g = topo.group_axes(pair, stride, hw)
     one = cm.axis_all_to_all_time.evaluate({**g.inputs(), **{f"axis_latency_{a}": 0.0 for a in topo.AXES},
@@ -87,7 +87,7 @@ def link_bandwidth(hw: Hardware):
     any axis)."""
     if wiring(hw) == "switch":
         return hw.scale_up_bandwidth
-    return min(a.links * a.link_bandwidth for a in hw.topology.axes)
+    return min(a.links * a.link_bandwidth for a in hw.topology.axes) * topo.link_scale(hw)
 
 
 def per_domain(stride, hw: Hardware):
@@ -385,6 +385,10 @@ def placed(system, hw: Hardware, devices, given=None) -> Hardware:
     top = system.scale_up.topology
     if top.kind != "torus":
         return hw
+    if np.any(np.asarray(hw.scale_up_domain_size) != top.devices):
+        from .errors import SnlabError
+        raise SnlabError("scale_up_domain_size", f"a torus's domain is the job's slice ({system.name})",
+                         "no domain size on a torus: the plan's slice sets it (slice='4x4x8')")
     if given is None and not top.reconfigurable:
         return hw
     X, Y, Z = topo.slice_columns(top, devices, given)

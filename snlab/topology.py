@@ -27,6 +27,13 @@ from .grid import where
 AXES = "xyz"
 
 
+def link_scale(hw):
+    """How much faster the level's links run than the preset says: the hardware's
+    per-device bandwidth over what the topology's links add up to (1 unless a sweep or an
+    override changes ``scale_up_bandwidth``, which then scales every link alike)."""
+    return hw.scale_up_bandwidth / hw.topology.device_bandwidth
+
+
 def slice_dims(hw) -> tuple:
     """The job's slice along each of the three axes [devices]: the plan's slice where
     the hardware carries one (``slice_x`` > 0), else the topology's axes; 1 beyond them."""
@@ -91,7 +98,8 @@ def group_axes(n, stride, hw) -> GroupAxes:
     size, paths, cut, bandwidth, latency = [], [], [], [], []
     tiled = True
     count = 1.0
-    slowest = min(a.links * a.link_bandwidth for a in axes)
+    scale = link_scale(hw)
+    slowest = min(a.links * a.link_bandwidth for a in axes) * scale
     if top.wrap_multiple:      # slices cut by optical switches: wrap-around on slices of whole cubes
         whole = True
         for X in dims[:len(axes)]:
@@ -103,7 +111,7 @@ def group_axes(n, stride, hw) -> GroupAxes:
         tiled = tiled & (k == np.round(k)) & (np.mod(X, high) == 0) & (np.mod(high, low) == 0)
         count = count * k
         axis = axes[i] if i < len(axes) else axes[0]
-        link = axis.links * axis.link_bandwidth
+        link = axis.links * axis.link_bandwidth * scale
         if axis.kind in ("ring", "line"):
             wraps = (high == X) & (X >= 3) & (axis.kind == "ring")
             # a fixed torus has its wrap-around links only along the whole of an axis
@@ -117,14 +125,14 @@ def group_axes(n, stride, hw) -> GroupAxes:
             # (an unused axis, k = 1, gets the floors: its terms carry a factor k - 1 = 0)
             paths.append(np.maximum(k - 1, 1.0) * axis.links)
             cut.append(np.maximum(np.floor(k / 2) * np.ceil(k / 2), 1.0) * axis.links)
-            bandwidth.append(np.full_like(k, axis.link_bandwidth))
+            bandwidth.append(np.full_like(k, axis.link_bandwidth) * scale)
             latency.append(np.full_like(k, hw.scale_up_latency))
         else:
             # a non-blocking switch joining the meshes below it: one link per device into it,
             # and a bisection as wide as its k members' links, so a device's own link binds
             paths.append(np.ones_like(k))
             cut.append(k)
-            bandwidth.append(np.full_like(k, axis.link_bandwidth))
+            bandwidth.append(np.full_like(k, axis.link_bandwidth) * scale)
             latency.append(np.full_like(k, hw.scale_up_latency))
         size.append(k)
         before = before * X

@@ -425,9 +425,11 @@ SERVING_SYSTEMS = (CLUSTER, "dgx-h100", SUPERNODE)
 
 
 def serving_dashboard(model: str = "llama3-70b", systems=SERVING_SYSTEMS, prompt_len: int = 131072,
-                      batch: int = 8, tp: int = 8, output_len: int = 1000, kv_offload: str = "auto") -> Dashboard:
+                      batch: int = 8, tp: int = 8, output_len: int = 1000, kv_offload: str = "auto",
+                      compare_with: str = NO_SYSTEM) -> Dashboard:
     """Long-context serving on each system: where the KV cache lives (HBM, the
-    supernode's pool, host DRAM, SSD) and what that does to decode speed."""
+    supernode's pool, host DRAM, SSD) and what that does to decode speed;
+    ``compare_with`` (the "compare with" picker) adds any shipped system."""
     systems = tuple(load_system(s).name for s in systems)
     contexts = [4096, 16384, 32768, 131072, 262144, 524288, 1048576]
     controls = {
@@ -438,18 +440,20 @@ def serving_dashboard(model: str = "llama3-70b", systems=SERVING_SYSTEMS, prompt
         "tp": _slider("tp", [1, 2, 4, 8, 16], tp),
         "kv_offload": W.ToggleButtons(options=[("spill to other tiers", "auto"), ("HBM only", "hbm")],
                                       value=kv_offload, description="KV cache"),
+        "compare": _picker(compare_with),
     }
 
     def render(v: dict) -> View:
         from .serving import serve, serve_sweep
+        shown = _with(systems, v["compare"])
         dep = dict(tp=v["tp"], batch=v["batch"], prompt_len=v["prompt_len"], output_len=output_len,
                    kv_offload=v["kv_offload"])
-        frame = serve_sweep(v["model"], list(systems), **dep)
+        frame = serve_sweep(v["model"], list(shown), **dep)
         if not frame["valid"].any():
-            serve(v["model"], systems[0], **dep)           # raises the rule it breaks, with details
+            serve(v["model"], shown[0], **dep)           # raises the rule it breaks, with details
         kv = charts.kv_placement(frame, title=f"{v['model']}: {v['batch']} x {v['prompt_len']:,} tokens of context")
         speed = charts.metric_chart(frame, x="system", y="decode_tokens_per_s_per_device", mark="bar",
-                                    sort=list(systems), title="Decode throughput per device", width=240)
+                                    sort=list(shown), title="Decode throughput per device", width=240)
         cols = ("system", "ttft_s", "tpot_s", "decode_tokens_per_s_per_device", "kv_location", "max_batch", "fits",
                 "reason")
         rows = [{"system": r["system"], "first token": fmt_seconds(r["ttft_s"]),

@@ -25,12 +25,14 @@ from snlab.errors import SnlabError
 from snlab.hardware import hardware
 from snlab.presets import bibliography
 from snlab.specs import Axis, Topology
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from snlab.validation.collectives import TOLERANCE, collective_table
 
 GIB = 2**30
 NEW_SYSTEMS = ["gb300-nvl72", "mi300x-platform", "mi355x-platform", "tpu-v5p-pod", "tpu7x-pod", "trn2-ultraserver",
                "atlas-950-superpod", "cloudmatrix384-cluster"]
-V5E = str(Path(snlab.__file__).parent / "validation" / "systems" / "tpu-v5e-pod.toml")
+V5E = str(Path(snlab.__file__).parent / "validation" / "topology_systems" / "tpu-v5e-pod.toml")
 
 
 def busbw(system, op, size, devices, **kw):
@@ -636,3 +638,71 @@ def test_the_side_by_side_frame_and_the_system_picker():
     assert names[0] == widgets.NO_SYSTEM and set(NEW_SYSTEMS) <= set(names)
     assert widgets._with(("a", "b"), "c") == ("a", "b", "c") and widgets._with(("a", "b"), "b") == ("a", "b")
     assert widgets._with(("a",), widgets.NO_SYSTEM) == ("a",)
+
+
+def test_a_torus_s_domain_is_its_slice_not_a_sweep_axis():
+    with pytest.raises(SnlabError, match="scale_up_domain_size"):
+        snlab.sweep("llama3-8b", "tpu-v5p-pod", dp=64, global_batch=64, scale_up_domain_size=[64, 128])
+    what_if = snlab.compare.with_scale_up_of("pcie-ethernet-a100", "tpu-v5p-pod")
+    assert what_if.scale_up.topology == snlab.system("tpu-v5p-pod").scale_up.topology
+    assert snlab.train("llama3-8b", what_if, dp=64, global_batch=64).plan["slice"] == "4x4x4"
+
+
+def test_the_dashboards_take_any_system():
+    from snlab import widgets
+    dash = widgets.collective_dashboard()
+    dash.controls["compare"].value = "tpu-v5p-pod"
+    assert dash.error is None and "dimension-ordered" in dash.summary.value and "in the slice" in dash.summary.value
+    dash.controls["compare"].value = "mi300x-platform"
+    assert dash.error is None and "full mesh" in dash.summary.value
+    plan = widgets.planner_dashboard(devices=64, global_batch=256)
+    plan.controls["compare"].value = "tpu7x-pod"
+    days = {v["system"] for v in plan.charts["days"].spec["data"]["values"]}
+    assert plan.error is None and "tpu7x-pod" in days and len(days) == 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(system=st.sampled_from(["mi300x-platform", "mi355x-platform", "tpu-v5p-pod", "tpu7x-pod", "trn2-ultraserver",
+                               "atlas-950-superpod"]),
+       op=st.sampled_from(["all-reduce", "reduce-scatter", "all-gather"]), size=st.floats(1.0, 1e11),
+       devices=st.sampled_from([2, 3, 4, 6, 8, 16, 32, 64]))
+def test_no_group_beats_its_links_and_more_bandwidth_is_never_slower(system, op, size, devices):
+    """Inside one domain no collective's bus bandwidth beats the device's links (a
+    reduce-scatter must send (n - 1)/n of the buffer out of each device); doubling every
+    link never makes a collective slower."""
+    s = snlab.system(system)
+    c = snlab.collective(s, op, size, devices)
+    assert np.isfinite(c.time_s) and c.time_s > 0
+    assert c.bus_bandwidth <= s.scale_up.bandwidth * (1 + 1e-9)
+    top = s.scale_up.topology
+    faster = s.replace(scale_up_bandwidth=2 * s.scale_up.bandwidth, scale_up_topology=Topology(
+        top.kind, axes=tuple(Axis(a.kind, a.size, 2 * a.link_bandwidth, a.links) for a in top.axes),
+        wrap_multiple=top.wrap_multiple))
+    assert snlab.collective(faster, op, size, devices).time_s <= c.time_s * (1 + 1e-12)
+
+
+def test_a_sweep_of_the_level_bandwidth_scales_every_link():
+    """``scale_up_bandwidth`` is a device's total over its links: sweeping it on a mesh or a
+    torus scales each link alike, so twice the level halves a large collective's time."""
+    for system, n in (("mi300x-platform", 8), ("tpu-v5p-pod", 64), ("atlas-950-superpod", 64)):
+        base = net.with_slice(hardware(snlab.system(system)), n)
+        fast = base.replace(scale_up_bandwidth=2 * base.scale_up_bandwidth)
+        assert float(topo.link_scale(fast)) == 2 and float(topo.link_scale(base)) == 1
+        assert float(net.inner_bandwidth(np.float64(n), np.float64(1), fast)) == \
+            approx(2 * float(net.inner_bandwidth(np.float64(n), np.float64(1), base)))
+        assert float(net.link_bandwidth(fast)) == approx(2 * float(net.link_bandwidth(base)))
+        S = 1e13
+        slow_t = float(net.reduce_scatter(S, np.float64(n), 1.0, base))
+        assert float(net.reduce_scatter(S, np.float64(n), 1.0, fast)) == approx(slow_t / 2, rel=1e-3)
+    atlas = hardware(snlab.system("atlas-950-superpod")).replace(scale_up_bandwidth=2e12)
+    racks = topo.group_axes(np.float64(8), np.float64(64), atlas)
+    assert float(racks.bandwidth[2]) == approx(2 * 216e9) and float(racks.size[2]) == 8
+    g = topo.group_axes(np.float64(64), np.float64(1), net.with_slice(
+        hardware(snlab.system("trn2-ultraserver")).replace(scale_up_bandwidth=320e9), 64))
+    assert [float(b) for b in g.bandwidth] == [64e9, 64e9, 32e9]
+    odd = topo.group_axes(np.float64(3), np.float64(1), hardware(snlab.system("trn2-ultraserver")).replace(
+        scale_up_bandwidth=320e9))
+    assert float(odd.bandwidth[0]) == 32e9
+    sweep = snlab.sweep("llama3-8b", "mi300x-platform", tp=8, global_batch=8,
+                        scale_up_bandwidth=[224e9, 448e9, 896e9])
+    assert list(sweep["time_tp_s"]) == sorted(sweep["time_tp_s"], reverse=True)

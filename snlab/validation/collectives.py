@@ -32,7 +32,7 @@ def collective_runs(path: str | Path | None = None) -> list[dict]:
 
 
 def system_of(run: dict):
-    """A row's system: a shipped preset, or a file beside this module (``systems/...``)."""
+    """A row's system: a shipped preset, or a file beside this module (``topology_systems/...``)."""
     from ..presets import system
     name = run["system"]
     return system(str(HERE / name) if name.endswith(".toml") else name)
