@@ -29,14 +29,15 @@ def run(args) -> int:
     df = search(args.model, args.system, devices=args.devices, global_batch=args.global_batch,
                 precision=args.precision, top=args.top, **fixed)
     if args.json:
-        print_json(json.loads(df[COLUMNS].to_json(orient="records", double_precision=15)))
+        print_json(json.loads(df[COLUMNS + ["slice"]].to_json(orient="records", double_precision=15)))
         return 0
     if df.empty:
         print(f"no plan fits {args.model} on {args.devices} devices of {args.system}")
         return 0
     print(f"{args.model} on {args.devices} devices of {args.system}, global batch {args.global_batch}: "
           f"best {len(df)} of {df.attrs.get('evaluated', 0):,} plans evaluated")
-    shown = df[COLUMNS].copy()
+    columns = COLUMNS[:-1] + (["slice"] if df["slice"].astype(str).str.len().gt(0).any() else []) + COLUMNS[-1:]
+    shown = df[columns].copy()
     shown["memory_total_bytes"] = shown["memory_total_bytes"].map(fmt_bytes)
     shown["mfu"] = shown["mfu"].map(lambda x: f"{x:.1%}")
     shown["step_time_s"] = shown["step_time_s"].map(lambda x: f"{x:.3g}")

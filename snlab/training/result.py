@@ -115,7 +115,7 @@ class TrainResult(Result):
         p = self.plan
         return (f"{self.model} on {self.system}: {self.devices} devices (tp={p['tp']} pp={p['pp']} dp={p['dp']} "
                 f"ep={p['ep']} cp={p['cp']}), micro-batch {p['micro_batch']}, global batch {p['global_batch']}, "
-                f"recompute {p['recompute']}, ZeRO {p['zero']}")
+                f"recompute {p['recompute']}, ZeRO {p['zero']}" + (f", slice {p['slice']}" if p.get("slice") else ""))
 
     def summary_rows(self) -> list[tuple[str, str]]:
         t = self.time_s
