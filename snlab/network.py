@@ -50,6 +50,8 @@ def shared(bandwidth, span, oversubscription, tier_devices):
     """A switch level's bandwidth for a group spanning ``span`` devices [bytes/s]: all of
     it below the oversubscribed tier, 1/oversubscription of it above (the upper tier's
     links are shared by that many devices' traffic)."""
+    if not np.any(oversubscription > 1):          # a non-blocking level (every shipped one): nothing to share
+        return bandwidth
     return where((oversubscription > 1) & (span > tier_devices), bandwidth / oversubscription, bandwidth)
 
 

@@ -267,9 +267,12 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
 
 
 def _slice_columns(hw) -> dict:
-    """Each row's slice along x, y and z (1 for a level that is no torus)."""
-    return {f"slice_{a}": np.where(np.asarray(getattr(hw, f"slice_{a}")) > 0, getattr(hw, f"slice_{a}"), 1.0)
-            for a in "xyz"}
+    """Each row's slice along x, y and z on a torus (nothing for another level)."""
+    if getattr(hw.topology, "kind", "switch") != "torus":
+        return {}
+    return {f"slice_{a}": np.where(np.asarray(getattr(hw, f"slice_{a}")) > 0, getattr(hw, f"slice_{a}"),
+                                   float(hw.topology.axes[i].size) if i < len(hw.topology.axes) else 1.0)
+            for i, a in enumerate("xyz")}
 
 
 def _rule_error(rule: pl.Rule, model: Model, g: dict) -> SnlabError:
@@ -320,11 +323,13 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     data["capacity_factor"] = g["capacity_factor"]
     data["expert_imbalance"] = g["expert_imbalance"]
     data["chunk_overhead_s"] = g["chunk_overhead_s"]
-    dims = np.stack([np.broadcast_to(out[f"slice_{a}"], (n,)) for a in "xyz"], axis=1)
-    shapes, codes = np.unique(dims, axis=0, return_inverse=True)
-    names = ["x".join(f"{d:g}" for d in row) if system.scale_up.topology.kind == "torus" else "" for row in shapes]
-    data["slice"] = pd.Categorical.from_codes(np.ravel(codes), list(dict.fromkeys(names))) \
-        if len(set(names)) == len(names) else pd.Categorical(np.asarray(names)[np.ravel(codes)])
+    if "slice_x" in out:            # a torus: each row's slice, as "4x4x8"
+        x, y, z = (np.broadcast_to(out[f"slice_{a}"], (n,)) for a in "xyz")
+        keys, codes = np.unique((x * 1e6 + y) * 1e6 + z, return_inverse=True)
+        names = [f"{k // 1e12:g}x{k // 1e6 % 1e6:g}x{k % 1e6:g}" for k in keys]
+        data["slice"] = pd.Categorical.from_codes(np.ravel(codes), names)
+    else:
+        data["slice"] = pd.Categorical.from_codes(zeros, [""])
     for name in hw_axes:
         data[name] = grid.full(hw_axes[name], n)
     valid = broken < 0

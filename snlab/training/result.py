@@ -69,8 +69,7 @@ class TrainResult(Result):
             "first_stage_layers": int(g["first_stage_layers"]), "last_stage_layers": int(g["last_stage_layers"]),
             "ep_dispatcher": list(pl.EP_DISPATCHERS)[int(g["ep_dispatcher"])],
             "capacity_factor": float(g["capacity_factor"]), "expert_imbalance": float(g["expert_imbalance"]),
-            "slice": "x".join(f"{float(row[f'slice_{a}']):g}" for a in "xyz")
-            if system.scale_up.topology.kind == "torus" else "",
+            "slice": "x".join(f"{float(row[f'slice_{a}']):g}" for a in "xyz") if "slice_x" in row else "",
         }
         time_s = {p: float(row[f"time_{p}_s"]) for p in TIME_PARTS}
         time_s["exposed"] = {p: float(row[f"exposed_{p}_s"]) for p in EXPOSED}
