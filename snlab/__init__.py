@@ -33,6 +33,7 @@ _LAZY_FUNCTIONS = {
     "collective_time": "snlab.network", "full_load": "snlab.energy", "Prices": "snlab.energy_prices",
     "cooling_state": "snlab.power_cooling",
     "explore": "snlab.exploration", "explore_serve": "snlab.exploration", "ExploreResult": "snlab.exploration",
+    "collective": "snlab.network",
 }
 
 
@@ -49,7 +50,7 @@ def __dir__():
 
 
 __all__ = ["train", "sweep", "search", "serve", "serve_sweep", "serve_best", "serve_load", "load_sweep",
-           "serve_capacity", "explore", "explore_serve", "collective_time", "device", "model",
+           "serve_capacity", "explore", "explore_serve", "collective_time", "collective", "device", "model",
            "system", "Device",
            "Model", "System", "SnlabError", "UnknownPresetError", "TrainResult", "ServeResult", "walls", "sizing",
            "symbols", "formulas", "presets", "network", "full_load", "cooling_state", "Prices"]

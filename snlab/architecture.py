@@ -24,9 +24,10 @@ LAYERS = (
                                     "model's sizes from them"),
     ("presets", ("schema", "specs", "presets", "power_cooling"), "preset data, its schema, frozen objects; a "
                                                                  "system under a kind of cooling"),
-    ("hardware and network", ("hardware", "network", "grid", "result", "uncertainty", "energy", "energy_prices"),
-     "a system's numbers, collectives over its levels, the planners' grid and result base, error bands, "
-     "power and cost from the step models' columns"),
+    ("hardware and network", ("hardware", "topology", "network", "grid", "result", "uncertainty", "energy",
+                              "energy_prices"),
+     "a system's numbers, where a group sits on a torus or mesh, collectives over its levels, the planners' grid "
+     "and result base, error bands, power and cost from the step models' columns"),
     ("planners", ("training", "serving", "exploration"),
      "rules, step model as named parts, planners, results; grids of any size explored in chunks"),
     ("evidence", ("validation", "claims", "compare"), "published runs, the article's claims, comparisons"),

@@ -460,7 +460,7 @@ def collective_frame(systems: Iterable, collective: str = "all-reduce", group_si
     rows = []
     for name in systems:
         system = load_system(name)
-        hw = hardware(system)
+        hw = network.with_slice(hardware(system), group_size)     # on a torus pod: the group's slice
         variants = {"as placed": hw}
         if levels:
             variants["scale-up only"] = hw.replace(scale_up_domain_size=float(group_size))

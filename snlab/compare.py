@@ -140,7 +140,7 @@ def near_optimum(frame: pd.DataFrame, over: str = "micro_batch", by: str = "syst
 
 def with_scale_up_of(system, donor):
     """A what-if system: ``system`` (its devices, scale-out, host) with the scale-up
-    level of ``donor`` (domain size, bandwidth, latencies, efficiency). Used to
+    level of ``donor`` (domain size, bandwidth, latencies, efficiency, wiring). Used to
     separate what the network buys from what the chip buys."""
     base, other = load_system(system), load_system(donor)
     up = other.scale_up
@@ -148,7 +148,7 @@ def with_scale_up_of(system, donor):
                         description=f"{base.description}; scale-up level of {other.name} (what-if)",
                         scale_up_domain_size=up.domain_size, scale_up_bandwidth=up.bandwidth,
                         scale_up_latency=up.latency, scale_up_efficiency=up.efficiency,
-                        scale_up_call_latency=up.call_latency)
+                        scale_up_call_latency=up.call_latency, scale_up_topology=up.topology)
 
 
 def model_order(frame: pd.DataFrame) -> list[str]:

@@ -39,7 +39,7 @@ FP8_CAST_BYTES = 4.0
 #: copy (2), on Blackwell one layout serves both (1) (Transformer Engine, low-precision
 #: training: performance considerations, 'Memory usage': "FP8 training does not always
 #: reduce memory"); none when the weights themselves are kept in FP8 (fp8_param)
-FP8_WEIGHT_COPY_BYTES = {"H100": 2.0, "B200": 1.0}
+FP8_WEIGHT_COPY_BYTES = {"H100": 2.0, "B200": 1.0, "B300": 1.0}
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,11 @@ class Hardware:
     memory pool and storage, and the device (peak at the chosen precision).
 
     ``peak_flops`` and ``gemm_efficiency`` are the matrix multiplies' at the chosen
-    precision; attention runs in 16-bit (FlashAttention), at ``attention_peak_ratio`` of
+    precision; ``topology`` is the scale-up level's wiring (:class:`~snlab.specs.Topology`)
+    and ``slice_x``, ``slice_y``, ``slice_z`` the job's slice of a torus or mesh along its
+    axes (0: the whole domain); a switch level's groups spanning more than
+    ``<level>_tier_devices`` devices get 1/``<level>_oversubscription`` of its bandwidth.
+    Attention runs in 16-bit (FlashAttention), at ``attention_peak_ratio`` of
     that peak and ``attention_efficiency_ratio`` of that efficiency (1 for bf16).
     ``memory_reserve`` and ``allocator_efficiency`` make the usable memory,
     ``overlap_contention`` the compute lost per second of hidden communication.
@@ -134,6 +138,14 @@ class Hardware:
     power_cap: float = 0.0
     devices_per_rack: float = 0.0
     network_racks: float = 0.0
+    scale_up_oversubscription: float = 1.0
+    scale_up_tier_devices: float = 0.0
+    scale_out_oversubscription: float = 1.0
+    scale_out_tier_devices: float = 0.0
+    slice_x: float = 0.0
+    slice_y: float = 0.0
+    slice_z: float = 0.0
+    topology: object = None
 
     def replace(self, **changes) -> "Hardware":
         """A copy with fields changed (sweep axes, overrides of one call). A new
@@ -209,8 +221,9 @@ def device_roofline(device, precision: str = "bf16", sustained_clock=None) -> di
 
 #: every field, in order: the names a sweep may vary (the ratios are derived, not set)
 FIELDS = tuple(f.name for f in dataclasses.fields(Hardware)
-               if not f.name.startswith(("peak_ratio_", "efficiency_ratio_", "gemm_half_", "attention_"))
-               and f.name not in ("cast_bytes", "weight_copy_bytes"))
+               if not f.name.startswith(("peak_ratio_", "efficiency_ratio_", "gemm_half_", "attention_", "slice_"))
+               and f.name not in ("cast_bytes", "weight_copy_bytes", "topology")
+               and not f.name.endswith(("_oversubscription", "_tier_devices")))
 
 
 @lru_cache(maxsize=256)
@@ -249,6 +262,9 @@ def hardware(system: "System", precision: str = "bf16") -> Hardware:
         **{f"efficiency_ratio_{d}": dev.gemm_efficiency_at(d) / dev.gemm_efficiency for d in DTYPE_BYTES},
         **{f"gemm_half_{d}": dev.gemm_half_elements_at(d) for d in DTYPE_BYTES},
         **_power_fields(system),
+        **{f"{name}_{f}": float(getattr(level.topology, f)) for name, level in (("scale_up", up), ("scale_out", out))
+           for f in ("oversubscription", "tier_devices")},
+        topology=up.topology,
     ))
 
 
@@ -268,7 +284,8 @@ def _power_fields(system: "System") -> dict:
 def _numpy_scalars(hw: Hardware) -> Hardware:
     """Every field as a numpy float64, so that arithmetic on a single plan follows
     numpy's rules (a division by zero is inf, never a Python exception)."""
-    return dataclasses.replace(hw, **{f.name: np.float64(getattr(hw, f.name)) for f in dataclasses.fields(hw)})
+    return dataclasses.replace(hw, **{f.name: np.float64(getattr(hw, f.name)) for f in dataclasses.fields(hw)
+                                      if f.name != "topology"})
 
 
 #: where each hardware field comes from in a preset: (schema table, section, field);

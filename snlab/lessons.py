@@ -102,10 +102,12 @@ def supernode_mfu() -> Question:
     ratio = cm / cl
     low, high = ratio_band(speed_band("training", system("cloudmatrix384").device.family, cm),
                            speed_band("training", system("pcie-ethernet-a100").device.family, cl), ratio)
-    edges = (1.1, 2.0)
-    options = ("about the same (within 10%)", "10% to 100% higher", "more than twice as high")
-    return Question("supernode-mfu", "How much higher is the supernode's MFU than the cluster's, for the 1T model "
-                    "on 384 devices, each with its best plan?", options, binned(ratio, low, high, edges, options),
+    edges = (1 / 1.1, 1.1)
+    options = ("clearly lower (by more than 10%, errors included)", "about the same (within 10%)",
+               "clearly higher (by more than 10%, errors included)")
+    return Question("supernode-mfu", "For the 1T model on 384 devices, each system with its best plan: is the "
+                    "supernode's MFU higher than the cluster's, by more than the model's error?", options,
+                    binned(ratio, low, high, edges, options),
                     f"MFU {cm:.0%} against {cl:.0%}, {ratio:.2f} times; with the model's error bands the ratio lies "
                     f"between {low:.2f} and {high:.2f}. The cluster loses more of its step to exposed communication, "
                     "the pipeline bubble and the compute slowed by the communication it hides, and more to "

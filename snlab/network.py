@@ -1,22 +1,34 @@
 """The network: where a group of devices sits on a system's levels, and what a
 collective over it costs.
 
-A system has two levels: a scale-up domain (NVLink, a PCIe switch, a supernode's bus)
-of ``scale_up_domain_size`` devices, and a scale-out network between domains. Ranks
-are laid out in Megatron-LM's order (tensor innermost, then context, data with expert
-inside it, pipeline outermost), so a group whose members sit ``stride`` ranks apart has
-``n1`` members per domain and spans ``n2`` domains (:func:`split`). A group inside one
-domain pays the scale-up level; a group spanning domains pays a two-level collective
-(:mod:`snlab.walls.communication`). Every function here takes a
-:class:`~snlab.hardware.Hardware` and broadcasts over numpy arrays.
+A system has two levels: a scale-up domain (NVLink, a PCIe switch, a supernode's bus, a
+full mesh of Infinity Fabric links, a torus of ICI links) of ``scale_up_domain_size``
+devices, and a scale-out network between domains. Ranks are laid out in Megatron-LM's
+order (tensor innermost, then context, data with expert inside it, pipeline outermost),
+so a group whose members sit ``stride`` ranks apart has ``n1`` members per domain and
+spans ``n2`` domains (:func:`split`). How the scale-up level is wired decides the
+collective (:mod:`snlab.walls.communication`):
+
+* a switch: the two-level ring or tree NCCL runs, every member at the level's bandwidth;
+* a full mesh (8 MI300X or MI355X): the same rings, one per link, so a group of n1 gets
+  n1 - 1 of a device's links (a pair gets one of seven);
+* a torus or an n-dimensional mesh (TPU pods, Trainium2, UB-Mesh): dimension-ordered
+  collectives over the axes the group spans in its slice (:mod:`snlab.topology`), then
+  across slices over the scale-out network.
+
+Every function here takes a :class:`~snlab.hardware.Hardware` and broadcasts over numpy
+arrays.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from .grid import where
 
+from . import topology as topo
 from .hardware import ACTIVATION_BYTES, Hardware
 from .walls import communication as cm
 from .walls import serving as sv
@@ -25,6 +37,59 @@ from .walls import serving as sv
 #: low-latency dispatch and combine of decode, the high-throughput ("bulk") ones of
 #: prefill and training
 EP_KERNELS = {"dispatch": "ep_dispatch_efficiency", "combine": "ep_combine_efficiency", "bulk": "ep_bulk_efficiency"}
+
+
+def wiring(hw: Hardware) -> str:
+    """How the scale-up level is wired, as the collectives see it: ``"switch"``, ``"mesh"``
+    (one full mesh) or ``"axes"`` (a torus or an n-dimensional mesh)."""
+    kind = getattr(hw.topology, "kind", "switch")
+    return {"full-mesh": "mesh", "torus": "axes", "nd-full-mesh": "axes"}.get(kind, "switch")
+
+
+def shared(bandwidth, span, oversubscription, tier_devices):
+    """A switch level's bandwidth for a group spanning ``span`` devices [bytes/s]: all of
+    it below the oversubscribed tier, 1/oversubscription of it above (the upper tier's
+    links are shared by that many devices' traffic)."""
+    if not np.any(oversubscription > 1):          # a non-blocking level (every shipped one): nothing to share
+        return bandwidth
+    return where((oversubscription > 1) & (span > tier_devices), bandwidth / oversubscription, bandwidth)
+
+
+def inner_bandwidth(n1, stride, hw: Hardware):
+    """Bandwidth per device per direction a group of n1 members ``stride`` ranks apart
+    gets inside one scale-up domain [bytes/s]: the switch's (shared above an
+    oversubscribed tier); on a full mesh its members' n1 - 1 mutual links; on a torus or
+    n-dimensional mesh what its all-to-all achieves through the group's bisection
+    (:data:`snlab.walls.communication.axis_all_to_all_time`)."""
+    kind = wiring(hw)
+    if kind == "switch":
+        return shared(hw.scale_up_bandwidth, n1 * stride, hw.scale_up_oversubscription, hw.scale_up_tier_devices)
+    axis = hw.topology.axes[0]
+    if kind == "mesh":
+        # (a group of one has no inner traffic: the floor only keeps the rate positive)
+        return np.maximum(n1 - 1, 1.0) * axis.links * axis.link_bandwidth * topo.link_scale(hw)
+    pair = np.maximum(n1, 2.0)                  # (a group of one: priced as a pair, and not used)
+    g = topo.group_axes(pair, stride, hw)
+    one = cm.axis_all_to_all_time.evaluate({**g.inputs(), **{f"axis_latency_{a}": 0.0 for a in topo.AXES},
+                                             "message_bytes": 1.0, "group_size": pair, "call_latency": 0.0,
+                                             "link_bandwidth": g.injection, "link_efficiency": 1.0})
+    return (pair - 1) / pair / one
+
+
+def outer_bandwidth(n, stride, hw: Hardware):
+    """Scale-out bandwidth per device per direction of a group spanning ``n`` x ``stride``
+    ranks [bytes/s] (shared above an oversubscribed tier)."""
+    return shared(hw.scale_out_bandwidth, n * stride, hw.scale_out_oversubscription, hw.scale_out_tier_devices)
+
+
+def link_bandwidth(hw: Hardware):
+    """Bandwidth of the path between two devices of one scale-up domain per direction
+    [bytes/s]: the whole device's on a switch; one peer's links on a full mesh; on a torus
+    or n-dimensional mesh the slowest axis's links (a pipeline's neighbours may sit along
+    any axis)."""
+    if wiring(hw) == "switch":
+        return hw.scale_up_bandwidth
+    return min(a.links * a.link_bandwidth for a in hw.topology.axes) * topo.link_scale(hw)
 
 
 def per_domain(stride, hw: Hardware):
@@ -67,7 +132,13 @@ def placements(n, stride, hw: Hardware):
     with NCCL_MNNVL_ENABLE=0 runs a GB200 NVL72 as eighteen trays over InfiniBand): a
     two-level collective moves less over the scale-up links (each member's 1/n1 share
     crosses the NICs in parallel). A larger domain only adds placements, so pricing at
-    the fastest placement means a larger domain is never slower."""
+    the fastest placement means a larger domain is never slower. On a torus or an
+    n-dimensional mesh the slice's layout places the group (:func:`snlab.topology.group_axes`):
+    that one placement."""
+    if wiring(hw) == "axes":
+        inner = topo.group_axes(n, stride, hw).inner
+        yield True, inner, n / inner
+        return
     yield True, 1.0, n
     cap = per_domain(stride, hw)
     sizes = np.unique(np.asarray(n, dtype=float))
@@ -110,24 +181,48 @@ def levels(n1, n2, hw: Hardware, stride=1.0) -> dict:
     spans = n2 > 1
     return dict(
         inner_size=n1, outer_size=n2,
-        inner_latency=inner_step_latency(n1, hw, stride), inner_bandwidth=hw.scale_up_bandwidth,
+        inner_latency=inner_step_latency(n1, hw, stride), inner_bandwidth=inner_bandwidth(n1, stride, hw),
         inner_efficiency=hw.scale_up_efficiency,
-        outer_latency=hw.scale_out_latency, outer_bandwidth=hw.scale_out_bandwidth,
+        outer_latency=hw.scale_out_latency, outer_bandwidth=outer_bandwidth(n1 * n2, stride, hw),
         outer_efficiency=hw.scale_out_efficiency,
         call_latency=where(spans, np.maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
                               hw.scale_up_call_latency),
     )
 
 
+def sliced(op: str, S, n, stride, hw: Hardware):
+    """Time of a collective over a torus or n-dimensional mesh [s]: the axis formula over
+    the axes the group spans inside its slice, and across slices the scale-out level
+    (:data:`snlab.walls.communication.sliced_all_reduce_time` and its siblings)."""
+    g = topo.group_axes(n, stride, hw)
+    spans = g.slices > 1
+    inputs = dict(message_bytes=S, link_efficiency=hw.scale_up_efficiency, outer_size=g.slices,
+                  outer_latency=hw.scale_out_latency, outer_bandwidth=outer_bandwidth(n, stride, hw),
+                  outer_efficiency=hw.scale_out_efficiency, **g.inputs(),
+                  call_latency=where(spans, np.maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
+                                     hw.scale_up_call_latency))
+    if op == "all-to-all":
+        # (a group with one member per slice sends nothing inside one: any positive rate will do)
+        return cm.sliced_all_to_all_time.evaluate({**inputs, "group_size": g.inner,
+                                                   "link_bandwidth": where(g.injection > 0, g.injection,
+                                                                           link_bandwidth(hw))})
+    formula = cm.sliced_all_reduce_time if op == "all-reduce" else cm.sliced_reduce_scatter_time
+    return formula.evaluate(inputs)
+
+
 def all_reduce(S, n, stride, hw: Hardware):
     """Time of an all-reduce of S bytes over n devices ``stride`` ranks apart [s], at
-    the fastest of the group's :func:`views`."""
+    the fastest of the group's :func:`placements`."""
+    if wiring(hw) == "axes":
+        return where(n > 1, sliced("all-reduce", S, n, stride, hw), 0.0)
     t = fastest(lambda n1, n2: cm.hierarchical_all_reduce_time(message_bytes=S, **levels(n1, n2, hw, stride)), n, stride, hw)
     return where(n > 1, t, 0.0)
 
 
 def reduce_scatter(S, n, stride, hw: Hardware):
     """Time of a reduce-scatter (or all-gather) of an S-byte buffer [s]."""
+    if wiring(hw) == "axes":
+        return where(n > 1, sliced("reduce-scatter", S, n, stride, hw), 0.0)
     t = fastest(lambda n1, n2: cm.hierarchical_reduce_scatter_time(message_bytes=S, **levels(n1, n2, hw, stride)),
                 n, stride, hw)
     return where(n > 1, t, 0.0)
@@ -135,14 +230,29 @@ def reduce_scatter(S, n, stride, hw: Hardware):
 
 def all_to_all(S, n, stride, hw: Hardware):
     """Time of an all-to-all of an S-byte send buffer [s]."""
+    if wiring(hw) == "axes":
+        return where(n > 1, sliced("all-to-all", S, n, stride, hw), 0.0)
     t = fastest(lambda n1, n2: cm.hierarchical_all_to_all_time(message_bytes=S, **levels(n1, n2, hw, stride)), n, stride, hw)
     return where(n > 1, t, 0.0)
 
 
+def one_shot_all_reduce(S, n, hw: Hardware, stride=1.0):
+    """Time of a one-shot all-reduce inside one scale-up domain [s]: every member reads
+    each peer's whole buffer over its links and reduces it locally
+    (:data:`snlab.walls.communication.direct_all_reduce_time`), at the group's bandwidth
+    (on a full mesh each peer's own link), with the engines' fixed cost where the system
+    has one, else the collective library's."""
+    call = where(hw.scale_up_direct_call_latency > 0, hw.scale_up_direct_call_latency, hw.scale_up_call_latency)
+    return cm.direct_all_reduce_time(message_bytes=S, group_size=n, call_latency=call, latency=hw.scale_up_latency,
+                                     link_bandwidth=inner_bandwidth(n, stride, hw),
+                                     link_efficiency=hw.scale_up_efficiency)
+
+
 def point_to_point(S, inside, hw: Hardware):
     """One message of S bytes, inside a scale-up domain or across domains [s]; inside
-    a domain it takes the faster of the two paths (a device keeps its NIC)."""
-    up = cm.point_to_point_time(message_bytes=S, latency=hw.scale_up_latency, link_bandwidth=hw.scale_up_bandwidth,
+    a domain it takes the faster of the two paths (a device keeps its NIC), over the
+    link between the two devices (:func:`link_bandwidth`)."""
+    up = cm.point_to_point_time(message_bytes=S, latency=hw.scale_up_latency, link_bandwidth=link_bandwidth(hw),
                                 link_efficiency=hw.scale_up_efficiency, call_latency=hw.scale_up_call_latency)
     out = cm.point_to_point_time(message_bytes=S, latency=hw.scale_out_latency,
                                  link_bandwidth=hw.scale_out_bandwidth, link_efficiency=hw.scale_out_efficiency,
@@ -248,33 +358,181 @@ def expert_all_to_all_time(system, *, ranks: int, tokens_per_rank: float = 128, 
 
 #: collectives :func:`collective_time` prices, and the bus-bandwidth formula of each
 COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all")
+#: algorithms :func:`collective` may be asked for: the collective library's choice, or the
+#: one-shot all-reduce inside one scale-up domain
+ALGORITHMS = ("auto", "one-shot")
 #: the largest group and message it takes: a thousand times today's largest
 MAX_GROUP, MAX_MESSAGE_BYTES = 100_000_000, 1e15
 
 
-def collective_time(system, op: str, message_bytes: float, devices: int) -> float:
-    """Seconds of one collective of ``op`` over ``devices`` consecutive devices of
-    ``system`` (a name, a TOML path or a System), as snlab's planners price it:
-    ``message_bytes`` is the full buffer each device holds (the all-reduce's buffer,
-    the reduce-scatter's input, the all-gather's output, the all-to-all's send buffer),
-    as nccl-tests counts it. A group that spans scale-up domains pays the two-level
-    collective: each step's latency on its own level, the data at the slower level's pace."""
+def with_slice(hw: Hardware, devices, dims=None) -> Hardware:
+    """``hw`` with a job's slice of ``devices`` devices on a torus or mesh: ``dims`` (axis
+    lengths) or, on a pod cut by optical switches, the slice a scheduler gives that many
+    (:func:`snlab.topology.auto_slice`); the slice is the job's scale-up domain. A switch
+    level is returned as it is."""
+    if wiring(hw) == "switch" or hw.topology.kind == "full-mesh":
+        return hw
+    top = hw.topology
+    if dims is None:
+        dims = topo.auto_slice(int(devices), top)
+    x, y, z = (tuple(dims) + (1, 1))[:3]
+    return hw.replace(slice_x=float(x), slice_y=float(y), slice_z=float(z), scale_up_domain_size=float(x * y * z))
+
+
+def placed(system, hw: Hardware, devices, given=None) -> Hardware:
+    """``hw`` with each row's slice on a torus: the shapes ``given`` (``(shapes, index)``:
+    a list of axis lengths or None, and each row's index into it) or the scheduler's for the
+    row's ``devices``; each slice is its job's scale-up domain. Other levels are returned as
+    they are (a mesh's or a switch's domain is fixed)."""
+    top = system.scale_up.topology
+    if top.kind != "torus":
+        return hw
+    if np.any(np.asarray(hw.scale_up_domain_size) != top.devices):
+        from .errors import SnlabError
+        raise SnlabError("scale_up_domain_size", f"a torus's domain is the job's slice ({system.name})",
+                         "no domain size on a torus: the plan's slice sets it (slice='4x4x8')")
+    if given is None and not top.reconfigurable:
+        return hw
+    X, Y, Z = topo.slice_columns(top, devices, given)
+    return hw.replace(slice_x=X, slice_y=Y, slice_z=Z, scale_up_domain_size=X * Y * Z)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective as snlab prices it: its time [s], NCCL's bus bandwidth [bytes/s],
+    the algorithm priced, where the group sits (``placement``: members per axis or per
+    domain), and the source of the link efficiency that sets its large-message pace."""
+
+    system: str
+    op: str
+    message_bytes: float
+    devices: int
+    stride: int
+    time_s: float
+    bus_bandwidth: float
+    algorithm: str
+    topology: str
+    placement: str
+    efficiency_source: str
+
+    def to_dict(self) -> dict:
+        return {"system": self.system, "op": self.op, "message_bytes": self.message_bytes, "devices": self.devices,
+                "stride": self.stride, "time_s": self.time_s,
+                "algorithm_bandwidth_bytes_per_s": self.message_bytes / self.time_s,
+                "bus_bandwidth_bytes_per_s": self.bus_bandwidth, "algorithm": self.algorithm,
+                "topology": self.topology, "placement": self.placement, "efficiency_source": self.efficiency_source}
+
+
+def collective(system, op: str, message_bytes: float, devices: int, *, stride: int = 1, slice: str | None = None,
+               algorithm: str = "auto") -> Collective:
+    """One collective of ``op`` over ``devices`` devices ``stride`` ranks apart of
+    ``system`` (a name, a TOML path or a System), as snlab's planners price it, with the
+    algorithm it priced. ``message_bytes`` is the full buffer each device holds (the
+    all-reduce's buffer, the reduce-scatter's input, the all-gather's output, the
+    all-to-all's send buffer), as nccl-tests counts it. On a pod cut by optical switches
+    ``slice`` ("4x4x8") is the job's slice (default: the one a scheduler gives
+    ``devices x stride`` chips). ``algorithm="one-shot"`` asks for the one-shot
+    all-reduce inside one scale-up domain."""
     from .errors import SnlabError
     from .grid import finite, show, unwrap, whole_number
     from .hardware import hardware
     from .presets import system as load_system
     if op not in COLLECTIVES:
         raise SnlabError("op", f"got {op!r}", ", ".join(COLLECTIVES))
+    if algorithm not in ALGORITHMS:
+        raise SnlabError("algorithm", f"got {algorithm!r}", ", ".join(ALGORITHMS))
     message_bytes = unwrap(message_bytes)
     if not finite(message_bytes) or not 0 < message_bytes <= MAX_MESSAGE_BYTES:
         raise SnlabError("message_bytes", f"got {show(message_bytes)}",
                          f"a number of bytes > 0 and at most {MAX_MESSAGE_BYTES:.0e}")
     devices = whole_number("devices", devices, 2, MAX_GROUP, f"a whole number of devices from 2 to {MAX_GROUP:,}")
-    hw = hardware(load_system(system))
-    S, n = np.asarray(float(message_bytes)), np.asarray(float(devices))
-    op_fn = {"all-reduce": all_reduce, "reduce-scatter": reduce_scatter, "all-gather": reduce_scatter,
-             "all-to-all": all_to_all}[op]
-    return float(op_fn(S, n, 1.0, hw))
+    stride = whole_number("stride", stride, 1, MAX_GROUP, f"a whole number of ranks from 1 to {MAX_GROUP:,}")
+    s = load_system(system)
+    hw = hardware(s)
+    top = s.scale_up.topology
+    dims = None
+    if slice is not None:
+        if top.kind != "torus":
+            raise SnlabError("slice", f"{s.name} is a {top.describe()}", "no slice: only a torus takes one")
+        dims = topo.parse_slice(slice, top)
+    hw = with_slice(hw, devices * stride, dims)
+    S, n, k = np.asarray(float(message_bytes)), np.asarray(float(devices)), np.asarray(float(stride))
+    if algorithm == "one-shot":
+        if op != "all-reduce" or devices * stride > hw.scale_up_domain_size or wiring(hw) == "axes":
+            raise SnlabError("algorithm", f"one-shot for a {op} over {devices} devices of {s.name}",
+                             "auto; one-shot is an all-reduce inside one switch or full-mesh domain")
+        t = float(one_shot_all_reduce(S, n, hw, k))
+    else:
+        op_fn = {"all-reduce": all_reduce, "reduce-scatter": reduce_scatter, "all-gather": reduce_scatter,
+                 "all-to-all": all_to_all}[op]
+        t = float(op_fn(S, n, k, hw))
+    name, where_ = describe(op, S, n, k, hw, algorithm)
+    prov = s.provenance.get("scale_up.efficiency")
+    source = f"{prov.source}, {prov.where}".strip(", ") if prov is not None else ""
+    return Collective(system=s.name, op=op, message_bytes=float(message_bytes), devices=devices, stride=stride,
+                      time_s=t, bus_bandwidth=bus_bandwidth(op, float(message_bytes), devices, t), algorithm=name,
+                      topology=top.describe(), placement=where_, efficiency_source=source)
+
+
+def collective_frame(systems, op: str, devices, message_bytes: float):
+    """One row per system and group size: the collective's time [s], NCCL's bus bandwidth
+    [GB/s], the algorithm priced and where the group sits (:func:`collective`): a pandas
+    DataFrame for the side-by-side charts of switches, meshes and tori."""
+    import pandas as pd
+    rows = []
+    for system in systems:
+        for n in devices:
+            c = collective(system, op, message_bytes, n)
+            rows.append({"system": c.system, "devices": int(n), "time_s": c.time_s,
+                         "bus_bandwidth_gbs": c.bus_bandwidth / 1e9, "algorithm": c.algorithm,
+                         "placement": c.placement, "topology": c.topology})
+    return pd.DataFrame(rows)
+
+
+def describe(op: str, S, n, stride, hw: Hardware, algorithm: str = "auto") -> tuple[str, str]:
+    """The algorithm a collective is priced with, and where its group sits, in words."""
+    kind = wiring(hw)
+    if kind == "axes":
+        g = topo.group_axes(n, stride, hw)
+        shape = "x".join(f"{float(k):g}" for k in g.size if float(k) > 1) or "1"
+        rings = []
+        for a, k, w in zip(topo.AXES, g.size, g.paths):
+            if float(k) > 1:
+                kind_ = hw.topology.axes[topo.AXES.index(a)].kind if topo.AXES.index(a) < len(hw.topology.axes) else "line"
+                rings.append(f"{a}: {float(k):g} " + ({"mesh": "full mesh", "switch": "switch"}.get(kind_)
+                                                       or ("ring" if float(w) > 1 else "line")))
+        what = {"all-to-all": "dimension-ordered all-to-all, bounded by each axis's bisection"}.get(
+            op, "dimension-ordered bidirectional rings, one chunk per axis, all axes at once")
+        across = f", then across {float(g.slices):g} slices over the scale-out network" if float(g.slices) > 1 else ""
+        return what + across, f"{shape} in the slice ({', '.join(rings)})"
+    formula = {"all-to-all": cm.hierarchical_all_to_all_time, "all-reduce": cm.hierarchical_all_reduce_time}.get(
+        op, cm.hierarchical_reduce_scatter_time)
+    # the placement the collective is priced at: the fastest that fits (:func:`fastest`)
+    n1, n2 = min(((float(n1), float(n2)) for fits, n1, n2 in placements(n, stride, hw) if bool(fits)),
+                 key=lambda p: float(formula(message_bytes=S, **levels(np.float64(p[0]), np.float64(p[1]), hw,
+                                                                       stride))))
+    where_ = f"{n1:g} per scale-up domain x {n2:g} domain{'s' if n2 > 1 else ''}"
+    links = "over the full mesh, one ring per link (n - 1 links of each device)" if kind == "mesh" else \
+        "through the switch"
+    if algorithm == "one-shot":
+        return "one-shot all-reduce: each device reads every peer's buffer " + \
+            ("over its own link to that peer" if kind == "mesh" else "through the switch"), where_
+    if op == "all-to-all":
+        return "pairwise exchange " + ("over each peer's own link" if kind == "mesh" else "through the switch") + \
+            (", both levels at once" if n2 > 1 else ""), where_
+    if n2 == 1:
+        return f"ring {links}", where_
+    if op == "all-reduce":      # the tree's fill (log2 n2 steps across) is never longer than the ring's
+        return f"ring inside each domain ({links}), double binary tree across domains", where_
+    return f"one ring through every domain ({links} inside)", where_
+
+
+def collective_time(system, op: str, message_bytes: float, devices: int, *, stride: int = 1,
+                    slice: str | None = None, algorithm: str = "auto") -> float:
+    """Seconds of one collective (:func:`collective`, which also says which algorithm it
+    priced). A group that spans scale-up domains pays the two-level collective: each
+    step's latency on its own level, the data at the slower level's pace."""
+    return collective(system, op, message_bytes, devices, stride=stride, slice=slice, algorithm=algorithm).time_s
 
 
 def bus_bandwidth(op: str, message_bytes: float, devices: int, time: float) -> float:

@@ -198,6 +198,93 @@ class Device:
         return _html_table(f"device {self.name}: {self.description}", rows)
 
 
+#: how a level may be built: one switched fabric (NVSwitch, a Clos of UB or Ethernet
+#: switches), a full mesh of point-to-point links (8 GPUs on Infinity Fabric), a k-ary
+#: n-cube torus (TPU ICI, Trainium NeuronLink) or an n-dimensional full mesh (UB-Mesh)
+TOPOLOGY_KINDS = ("switch", "full-mesh", "torus", "nd-full-mesh")
+#: what one axis of a torus or mesh is: a ring (wrap-around links), a line (none), a
+#: full mesh (every pair of members linked), or a switch joining the meshes below it
+AXIS_KINDS = ("ring", "line", "mesh", "switch")
+#: the most axes a torus or mesh may have (the collective formulas have three)
+MAX_AXES = 3
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of a torus or mesh: ``kind`` (:data:`AXIS_KINDS`), ``size`` devices
+    along it (for a torus whose slices are cut by optical switches, the longest slice),
+    ``link_bandwidth`` [bytes/s] of one link per direction, and ``links`` between each
+    pair of neighbours (ring, line) or of peers (mesh); a switch axis has one link per
+    device into the switch."""
+
+    kind: str
+    size: int
+    link_bandwidth: float
+    links: int = 1
+
+    @property
+    def device_bandwidth(self) -> float:
+        """What one device sends along this axis per direction [bytes/s], over all its links."""
+        if self.kind == "mesh":
+            return (self.size - 1) * self.links * self.link_bandwidth
+        if self.kind == "switch":
+            return self.link_bandwidth
+        neighbours = 0 if self.size < 2 else (1 if self.size == 2 else 2)
+        return neighbours * self.links * self.link_bandwidth
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How a level's devices are wired.
+
+    ``kind`` is one of :data:`TOPOLOGY_KINDS`. A switch has ``tiers`` of switches and an
+    ``oversubscription`` (a group spanning more than ``tier_devices`` devices shares the
+    upper tiers' links: it gets 1/oversubscription of its bandwidth). A full mesh, torus or
+    n-dimensional mesh has ``axes`` (:class:`Axis`), innermost first; ranks fill them in
+    that order. A torus whose slices optical switches cut (TPU pods) has
+    ``wrap_multiple`` > 0: a slice gets wrap-around links along an axis whose length is a
+    multiple of it (a fixed torus: 0, each ring axis has them).
+    """
+
+    kind: str = "switch"
+    axes: tuple = ()
+    tiers: int = 1
+    oversubscription: float = 1.0
+    tier_devices: int = 0
+    wrap_multiple: int = 0
+
+    @property
+    def devices(self) -> int:
+        """Devices the axes hold (0 for a switch, whose level gives its domain size)."""
+        out = 1
+        for axis in self.axes:
+            out *= axis.size
+        return out if self.axes else 0
+
+    @property
+    def device_bandwidth(self) -> float:
+        """What one device sends over all its links per direction [bytes/s] (0 for a switch)."""
+        return sum(axis.device_bandwidth for axis in self.axes)
+
+    @property
+    def reconfigurable(self) -> bool:
+        """Whether a job's slice takes its shape from optical switches (TPU pods)."""
+        return self.wrap_multiple > 0
+
+    def describe(self) -> str:
+        """The topology in a few words: 'torus 16x16x24 (wrap-around on multiples of 4)'."""
+        if self.kind == "switch":
+            over = f", {self.oversubscription:g}:1 above {self.tier_devices} devices" if self.oversubscription > 1 else ""
+            return f"switch, {self.tiers} tier{'s' if self.tiers > 1 else ''}{over}"
+        shape = "x".join(str(a.size) for a in self.axes)
+        kinds = "/".join(dict.fromkeys(a.kind for a in self.axes))
+        wrap = f", wrap-around on slices of multiples of {self.wrap_multiple}" if self.wrap_multiple else ""
+        return f"{self.kind} {shape} ({kinds}{wrap})"
+
+
+SWITCH = Topology()
+
+
 @dataclass(frozen=True)
 class Level:
     """A level of the network: scale-up domain or scale-out fabric.
@@ -216,6 +303,7 @@ class Level:
     the expert-parallel dispatch and combine kernels at decode sizes (low-latency
     kernels, a few hundred tokens per device); ep_bulk_efficiency: the same for the
     high-throughput kernels of prefill. 0 means "use efficiency".
+    topology: how the level is wired (:class:`Topology`; a switch unless the preset says).
     """
 
     technology: str
@@ -229,6 +317,7 @@ class Level:
     ep_dispatch_efficiency: float = 0.0
     ep_combine_efficiency: float = 0.0
     ep_bulk_efficiency: float = 0.0
+    topology: Topology = SWITCH
 
 
 @dataclass(frozen=True)
@@ -356,7 +445,8 @@ class System:
         def lvl(name, l):
             return (name, f"{l.technology}: {l.bandwidth / 1e9:.4g} GB/s per device per direction, "
                     f"{fmt_seconds(l.latency)}, efficiency {l.efficiency:.2f}"
-                    + (f", domain of {l.domain_size}" if l.domain_size else ""),
+                    + (f", domain of {l.domain_size}" if l.domain_size else "")
+                    + f"; {l.topology.describe()}",
                     _cite(self.provenance, f"{name}.bandwidth"))
         rows = [("device", self.device.name, ""), lvl("scale_up", self.scale_up),
                 lvl("scale_out", self.scale_out),
@@ -553,6 +643,62 @@ def _validate_level(lvl: "Level", name: str) -> None:
             schema.check_range(getattr(lvl, f), "1", f"{name}.{f}")
 
 
+def _validate_topology(lvl: "Level", name: str, domain: int | None) -> None:
+    """A level's topology: known kinds, axes that hold the domain, links that carry the
+    level's bandwidth. ``domain`` is the scale-up domain size (None for scale-out)."""
+    top, where = lvl.topology, f"{name}.topology"
+    if not isinstance(top, Topology):
+        raise SnlabError(where, f"got {top!r}", "a Topology")
+    if top.kind not in TOPOLOGY_KINDS:
+        raise SnlabError(f"{where}.kind", f"got {top.kind!r}", ", ".join(TOPOLOGY_KINDS))
+    schema.check_range(top.tiers, "count", f"{where}.tiers")
+    if top.tiers > 4:
+        raise SnlabError(f"{where}.tiers", f"got {top.tiers}", "1 to 4 tiers of switches")
+    schema.check_range(top.oversubscription, "factor", f"{where}.oversubscription")
+    schema.check_range(top.tier_devices, "count0", f"{where}.tier_devices")
+    schema.check_range(top.wrap_multiple, "count0", f"{where}.wrap_multiple")
+    if top.kind == "switch":
+        if top.axes:
+            raise SnlabError(f"{where}.dims", "a switch has no axes", "kind = torus, full-mesh or nd-full-mesh")
+        if top.oversubscription > 1 and (top.tiers < 2 or top.tier_devices < 2):
+            raise SnlabError(f"{where}.oversubscription", f"{top.oversubscription:g}:1 with {top.tiers} tier(s) "
+                             f"and tier_devices = {top.tier_devices}",
+                             "1 for one tier; above 1 only with tiers >= 2 and tier_devices >= 2 (the devices "
+                             "below the oversubscribed tier)")
+        return
+    if domain is None:
+        raise SnlabError(f"{where}.kind", f"got {top.kind!r} for the scale-out level",
+                         "switch: a scale-out level joins domains through switches")
+    if not 1 <= len(top.axes) <= MAX_AXES:
+        raise SnlabError(f"{where}.dims", f"{len(top.axes)} axes", f"1 to {MAX_AXES} axes")
+    for i, axis in enumerate(top.axes):
+        label = f"{where}.dims[{i}]"
+        if not isinstance(axis, Axis) or axis.kind not in AXIS_KINDS:
+            raise SnlabError(label, f"got {axis!r}", "an Axis of kind " + ", ".join(AXIS_KINDS))
+        schema.check_range(axis.size, "count", label)
+        if axis.size < 2:
+            raise SnlabError(label, f"got {axis.size}", "a whole number of devices from 2 (an axis of 1 is no axis)")
+        schema.check_range(axis.link_bandwidth, "bytes/s", f"{where}.link_bandwidth[{i}]")
+        schema.check_range(axis.links, "count", f"{where}.links[{i}]")
+        allowed = {"full-mesh": ("mesh",), "torus": ("ring", "line"), "nd-full-mesh": ("mesh", "switch")}[top.kind]
+        if axis.kind not in allowed:
+            raise SnlabError(label, f"a {axis.kind} axis in a {top.kind}", "axes of kind " + ", ".join(allowed))
+    if top.kind == "full-mesh" and len(top.axes) != 1:
+        raise SnlabError(f"{where}.devices", f"{len(top.axes)} axes", "one axis (an n-dimensional mesh is nd-full-mesh)")
+    if top.wrap_multiple and top.kind != "torus":
+        raise SnlabError(f"{where}.wrap_multiple", f"got {top.wrap_multiple} on a {top.kind}", "0: only a torus's "
+                         "slices are cut by optical switches")
+    if top.devices != domain:
+        shape = "x".join(str(a.size) for a in top.axes)
+        raise SnlabError(f"{where}.dims", f"{shape} holds {top.devices} devices, the domain {domain}",
+                         f"axes whose sizes multiply to domain_size = {domain}")
+    links = top.device_bandwidth
+    if abs(links / lvl.bandwidth - 1) > 0.02:
+        raise SnlabError(f"{name}.bandwidth", f"{lvl.bandwidth / 1e9:.4g} GB/s, but the topology's links give "
+                         f"{links / 1e9:.4g} GB/s per device and direction",
+                         "the sum over a device's links of their bandwidth per direction (within 2%)")
+
+
 def _validate_system(obj: "System", name: str) -> None:
     schema.check_range(obj.devices_per_node, "count", f"{name}.devices_per_node")
     if obj.max_devices is not None:
@@ -563,6 +709,8 @@ def _validate_system(obj: "System", name: str) -> None:
     schema.check_range(obj.scale_up.domain_size, "count", f"{name}.scale_up.domain_size")
     for part in ("scale_up", "scale_out"):
         _validate_level(getattr(obj, part), f"{name}.{part}")
+    _validate_topology(obj.scale_up, f"{name}.scale_up", obj.scale_up.domain_size)
+    _validate_topology(obj.scale_out, f"{name}.scale_out", None)
     for part in ("host", "pool", "storage", "power"):
         sub = getattr(obj, part)
         for f, dimension, _ in schema.SYSTEM[part] if sub is not None else ():

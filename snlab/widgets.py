@@ -143,6 +143,30 @@ def _dropdown(description: str, options, value) -> W.Dropdown:
                       style={"description_width": "initial"}, layout=W.Layout(width="400px"))
 
 
+#: the system picker's "none" choice
+NO_SYSTEM = "(none)"
+
+
+def system_options() -> list[tuple[str, str]]:
+    """Every shipped system as a picker choice, labelled with how its scale-up level is wired
+    ("tpu-v5p-pod: torus 16x16x24 ..."), after a "none" choice."""
+    from .presets import names
+    return [("none", NO_SYSTEM)] + [(f"{n}: {load_system(n).scale_up.topology.describe()}", n) for n in names("system")]
+
+
+def _picker(value: str = NO_SYSTEM) -> W.Dropdown:
+    """A dropdown that adds any shipped system to a comparison."""
+    picker = W.Dropdown(options=system_options(), value=value, description="compare with",
+                        style={"description_width": "initial"}, layout=W.Layout(width="330px"))
+    picker.add_class("snlab-system")
+    return picker
+
+
+def _with(systems: tuple, picked: str) -> tuple:
+    """The dashboard's systems and the one picked (once)."""
+    return systems if picked == NO_SYSTEM or picked in systems else (*systems, picked)
+
+
 def _model_options(names) -> list[tuple[str, str]]:
     def size(n):
         b = load_model(n).params / 1e9
@@ -207,11 +231,14 @@ def _best_frame(values: dict, systems) -> tuple[pd.DataFrame, list[str]]:
 
 
 def training_dashboard(model: str = "megatron-1t", systems=(CLUSTER, SUPERNODE), devices: int = 384,
-                       global_batch: int = 768, micro_batch: int = 1, overlap: str = "standard") -> Dashboard:
+                       global_batch: int = 768, micro_batch: int = 1, overlap: str = "standard",
+                       compare_with: str = NO_SYSTEM) -> Dashboard:
     """Cluster against supernode for training: for each system the fastest plan that
-    fits (parallel layout, recomputation, ZeRO chosen by :func:`snlab.search`) at the
-    chosen model, devices, global batch [sequences], micro-batch [sequences] and
-    overlap level; charts of where the step time goes and of MFU."""
+    fits (parallel layout, recomputation, ZeRO and, on a torus pod, the slice chosen by
+    :func:`snlab.search`) at the chosen model, devices, global batch [sequences],
+    micro-batch [sequences] and overlap level; charts of where the step time goes and of
+    MFU. ``compare_with`` (and the "compare with" picker) adds any shipped system: a full mesh,
+    a torus pod, a larger NVLink rack."""
     systems = tuple(load_system(s).name for s in systems)
     models = list(dict.fromkeys([*SCALE_MODELS, load_model(model).name]))
     controls = {
@@ -221,13 +248,15 @@ def training_dashboard(model: str = "megatron-1t", systems=(CLUSTER, SUPERNODE),
                                 sorted({256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, global_batch}), global_batch),
         "micro_batch": _slider("micro-batch [sequences]", [1, 2, 4, 8, 16], micro_batch, "snlab-micro-batch"),
         "overlap": _slider("overlap", charts.OVERLAP_ORDER, overlap, "snlab-overlap"),
+        "compare": _picker(compare_with),
     }
 
     def render(v: dict) -> View:
-        frame, missing = _best_frame(v, systems)
-        step = charts.step_breakdown(frame, by=("system",), sort=list(systems),
+        shown = _with(systems, v["compare"])
+        frame, missing = _best_frame(v, shown)
+        step = charts.step_breakdown(frame, by=("system",), sort=list(shown),
                                      title=f"{v['model']} on {v['devices']} devices: where the step goes")
-        mfu = charts.metric_chart(frame, x="system", y="mfu", color="system", mark="bar", sort=list(systems),
+        mfu = charts.metric_chart(frame, x="system", y="mfu", color="system", mark="bar", sort=list(shown),
                                   title="Model FLOPs utilisation", width=220)
         note = ("No plan fits on " + ", ".join(missing) + ".") if missing else ""
         return View({"step": step, "mfu": mfu}, _table(_result_rows(frame)), note)
@@ -356,8 +385,10 @@ def compute_dashboard(device: str = "a100-pcie-80gb", model: str = "llama3-70b",
 # --- the communication wall -------------------------------------------------------------------
 
 def collective_dashboard(systems=(CLUSTER, "dgx-h100", SUPERNODE), collective: str = "all-reduce",
-                         group_size: int = 16, message_bytes: float = 64e3) -> Dashboard:
-    """Time of one collective against message size on each system, and at one size."""
+                         group_size: int = 16, message_bytes: float = 64e3, compare_with: str = NO_SYSTEM) -> Dashboard:
+    """Time of one collective against message size on each system, and at one size, with
+    the algorithm each is priced with; ``compare_with`` (the "compare with" picker) adds any
+    shipped system (a full mesh, a torus pod, an n-dimensional mesh)."""
     systems = tuple(load_system(s).name for s in systems)
     sizes = [10 ** k for k in range(2, 11)]
     controls = {
@@ -366,15 +397,23 @@ def collective_dashboard(systems=(CLUSTER, "dgx-h100", SUPERNODE), collective: s
                               "snlab-group"),
         "message": _slider("message [bytes]", sizes, min(sizes, key=lambda s: abs(s - message_bytes))),
         "levels": W.Checkbox(value=False, description="show each level alone"),
+        "compare": _picker(compare_with),
     }
 
     def render(v: dict) -> View:
-        chart = charts.collective_time(systems, v["collective"], int(v["group_size"]), levels=v["levels"])
-        at = charts.collective_frame(systems, v["collective"], int(v["group_size"]), sizes=[v["message"]],
+        from .network import collective as priced
+        shown = _with(systems, v["compare"])
+        chart = charts.collective_time(shown, v["collective"], int(v["group_size"]), levels=v["levels"])
+        at = charts.collective_frame(shown, v["collective"], int(v["group_size"]), sizes=[v["message"]],
                                      levels=False)
-        rows = [{"system": r["system"], "time": fmt_seconds(r["time_us"] * 1e-6),
-                 "algorithm bandwidth": f"{r['bandwidth_gbs']:.3g} GB/s", "scale-up domains spanned": int(r["domains"])}
-                for r in at.to_dict("records")]
+        op = "all-reduce" if v["collective"] == "point-to-point" else v["collective"]
+        rows = []
+        for r in at.to_dict("records"):
+            c = priced(r["system"], op, float(v["message"]), int(v["group_size"]))
+            rows.append({"system": r["system"], "time": fmt_seconds(r["time_us"] * 1e-6),
+                         "algorithm bandwidth": f"{r['bandwidth_gbs']:.3g} GB/s",
+                         "algorithm": "one message" if v["collective"] == "point-to-point" else c.algorithm,
+                         "where the group sits": c.placement})
         return View({"collective": chart}, _table(rows))
 
     return Dashboard(controls, render, "Communication: collectives on each system")
@@ -386,9 +425,11 @@ SERVING_SYSTEMS = (CLUSTER, "dgx-h100", SUPERNODE)
 
 
 def serving_dashboard(model: str = "llama3-70b", systems=SERVING_SYSTEMS, prompt_len: int = 131072,
-                      batch: int = 8, tp: int = 8, output_len: int = 1000, kv_offload: str = "auto") -> Dashboard:
+                      batch: int = 8, tp: int = 8, output_len: int = 1000, kv_offload: str = "auto",
+                      compare_with: str = NO_SYSTEM) -> Dashboard:
     """Long-context serving on each system: where the KV cache lives (HBM, the
-    supernode's pool, host DRAM, SSD) and what that does to decode speed."""
+    supernode's pool, host DRAM, SSD) and what that does to decode speed;
+    ``compare_with`` (the "compare with" picker) adds any shipped system."""
     systems = tuple(load_system(s).name for s in systems)
     contexts = [4096, 16384, 32768, 131072, 262144, 524288, 1048576]
     controls = {
@@ -399,18 +440,20 @@ def serving_dashboard(model: str = "llama3-70b", systems=SERVING_SYSTEMS, prompt
         "tp": _slider("tp", [1, 2, 4, 8, 16], tp),
         "kv_offload": W.ToggleButtons(options=[("spill to other tiers", "auto"), ("HBM only", "hbm")],
                                       value=kv_offload, description="KV cache"),
+        "compare": _picker(compare_with),
     }
 
     def render(v: dict) -> View:
         from .serving import serve, serve_sweep
+        shown = _with(systems, v["compare"])
         dep = dict(tp=v["tp"], batch=v["batch"], prompt_len=v["prompt_len"], output_len=output_len,
                    kv_offload=v["kv_offload"])
-        frame = serve_sweep(v["model"], list(systems), **dep)
+        frame = serve_sweep(v["model"], list(shown), **dep)
         if not frame["valid"].any():
-            serve(v["model"], systems[0], **dep)           # raises the rule it breaks, with details
+            serve(v["model"], shown[0], **dep)           # raises the rule it breaks, with details
         kv = charts.kv_placement(frame, title=f"{v['model']}: {v['batch']} x {v['prompt_len']:,} tokens of context")
         speed = charts.metric_chart(frame, x="system", y="decode_tokens_per_s_per_device", mark="bar",
-                                    sort=list(systems), title="Decode throughput per device", width=240)
+                                    sort=list(shown), title="Decode throughput per device", width=240)
         cols = ("system", "ttft_s", "tpot_s", "decode_tokens_per_s_per_device", "kv_location", "max_batch", "fits",
                 "reason")
         rows = [{"system": r["system"], "first token": fmt_seconds(r["ttft_s"]),
@@ -431,20 +474,23 @@ def _plans(model: str, systems: tuple, devices: int, global_batch: int) -> pd.Da
 
 
 def planner_dashboard(model: str = "llama3-70b", systems=(CLUSTER, SUPERNODE), tokens: float = 2e12,
-                      devices: int = 384, global_batch: int = 768) -> Dashboard:
+                      devices: int = 384, global_batch: int = 768, compare_with: str = NO_SYSTEM) -> Dashboard:
     """Size a training job: time to train [days] and device-hours on each system, with
-    the fastest plan that fits."""
+    the fastest plan that fits; ``compare_with`` (the "compare with" picker) adds any shipped
+    system."""
     systems = tuple(load_system(s).name for s in systems)
     controls = {
         "model": _dropdown("model", _model_options([*SCALE_MODELS, "deepseek-v3"]), load_model(model).name),
         "tokens": _slider("training tokens", [1e11, 3e11, 1e12, 2e12, 5e12, 1e13, 1.5e13], tokens),
         "devices": _slider("devices", sorted({64, 128, 256, 384, 768, 1536, 3072, devices}), devices),
         "global_batch": _slider("global batch [sequences]", [256, 512, 768, 1024, 2048, 4096], global_batch),
+        "compare": _picker(compare_with),
     }
 
     def render(v: dict) -> View:
-        frame = compare.with_job(_plans(v["model"], systems, int(v["devices"]), int(v["global_batch"])), v["tokens"])
-        days = charts.metric_chart(frame, x="system", y="train_days", mark="bar", sort=list(systems),
+        shown = _with(systems, v["compare"])
+        frame = compare.with_job(_plans(v["model"], shown, int(v["devices"]), int(v["global_batch"])), v["tokens"])
+        days = charts.metric_chart(frame, x="system", y="train_days", mark="bar", sort=list(shown),
                                    title=f"{v['model']}: {v['tokens'] / 1e12:g}T tokens on {v['devices']} devices",
                                    width=240)
         rows = [{**row, "time to train": f"{d:.3g} days", "device-hours": f"{h:,.0f}"}

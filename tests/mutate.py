@@ -37,7 +37,8 @@ TARGETS = {
     "snlab/serving/queueing.py": ["tests/test_queue_parts.py"],
     "snlab/serving/disaggregation.py": ["tests/test_queue_parts.py"],
     "snlab/network.py": ["tests/test_training_parts.py", "tests/test_serving_parts.py", "tests/test_collectives.py",
-                         "tests/test_serving_microbench.py"],
+                         "tests/test_serving_microbench.py", "tests/test_topology.py"],
+    "snlab/topology.py": ["tests/test_topology.py", "tests/test_collectives.py"],
     "snlab/energy.py": ["tests/test_power_parts.py"],
     "snlab/power_cooling.py": ["tests/test_power_parts.py"],
 }
@@ -134,6 +135,11 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "the counter's origin: a request's finish and its context are offsets from the counter when it joined",
     ("snlab/serving/queueing.py", "math.ceil(left / self.svc.tokens_per_step - 1e-9)", "constant 1e-09 -> 2e-09"):
         "a tolerance that lets an exact division count its steps exactly: any small one does",
+    ("snlab/network.py", "link_bandwidth\": where(g.injection > 0, g.injection,", "constant 0 -> 1"): _FLAG,
+    ("snlab/topology.py", "paths.append(np.maximum(k - 1, 1.0) * axis.links)", "constant 1.0 -> 2"):
+        "floors the paths of an axis the group does not use (k = 1), whose terms carry k - 1 = 0",
+    ("snlab/topology.py", "cut.append(np.maximum(np.floor(k / 2) * np.ceil(k / 2), 1.0) * axis.links)",
+     "constant 1.0 -> 2"): "floors the cut of an axis the group does not use (k = 1), whose term carries min(k - 1, 1) = 0",
 }
 SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
 SECONDS_PER_MUTANT = 20

@@ -23,7 +23,7 @@ def test_every_question_is_decided_outside_the_model_s_error(key):
 
 def test_the_lessons_conclusions():
     """What the lessons' words say, pinned here rather than in the lessons' cells."""
-    assert lessons.question("supernode-mfu").answer == "10% to 100% higher"
+    assert lessons.question("supernode-mfu").answer.startswith("clearly higher")
     assert lessons.question("throttled-step").answer == "10% to 23% slower"
     assert lessons.question("zero-stage-that-fits").answer == "ZeRO 1"
     assert lessons.question("quarter-micro-batch").answer.startswith("clearly slower")

@@ -9,7 +9,7 @@ from .common import integer_flag, number
 PLAN_KEYS = ["micro_batch", "global_batch", "zero", "recompute", "sequence_parallel", "interleave", "overlap",
              "offload", "grad_dtype", "seq_len", "flash_attention", "first_stage_layers", "last_stage_layers",
              "ep_dispatcher", "capacity_factor", "expert_imbalance", "chunk_overhead_s", "fp8_activations",
-             "expert_tp", "optimizer_bytes", "logit_bytes"]
+             "expert_tp", "optimizer_bytes", "logit_bytes", "slice"]
 
 
 def add(p, *, degrees: bool = True) -> None:
@@ -54,6 +54,8 @@ def add(p, *, degrees: bool = True) -> None:
     p.add_argument("--chunk-overhead", dest="chunk_overhead_s", default=None, metavar="S",
                    help="seconds each extra pass through a virtual stage waits beyond its compute and sends "
                         "(default 0.00078, measured by Qi et al. 2024)")
+    p.add_argument("--slice", default=None, metavar="AxBxC",
+                   help="on a torus pod, the job's slice, e.g. 4x4x8 (default: the scheduler's shape for its devices)")
     p.add_argument("--overlap", default=None, help="none, gradients, standard, all, or dp=1,tp=0.5,...")
     p.add_argument("--offload", choices=list(pl.OFFLOAD), default=None)
     p.add_argument("--precision", default="bf16", help="matmul precision (bf16, fp8, ...)")

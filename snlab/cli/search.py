@@ -57,13 +57,16 @@ def run(args) -> int:
                 **power_flags.options(args))
     columns = COLUMNS + [c for c in POWER_COLUMNS if c in df.columns]
     if args.json:
-        print_json(json.loads(df[columns].to_json(orient="records", double_precision=15)))
+        print_json(json.loads(df[columns + (["slice"] if "slice" in df else [])]
+                              .to_json(orient="records", double_precision=15)))
         return 0
     if df.empty:
         print(f"no plan fits {args.model} on {args.devices} devices of {args.system}")
         return 0
     print(f"{args.model} on {args.devices} devices of {args.system}, global batch {args.global_batch}: "
           f"best {len(df)} of {df.attrs.get('evaluated', 0):,} plans evaluated")
+    if "slice" in df and df["slice"].astype(str).str.len().gt(0).any():
+        columns = columns + ["slice"]
     shown = df[columns].copy()
     for col in ("facility_power_w",):
         if col in shown:

@@ -21,8 +21,8 @@ from typing import Any, Union
 
 from .. import schema
 from ..errors import SnlabError, UnknownPresetError
-from ..specs import (MLA, Cooling, Device, FrozenMap, HostLink, Level, MemoryPool, Model, MoE, Provenance,
-                     Storage, System, SystemPower, validate)
+from ..specs import (MLA, SWITCH, TOPOLOGY_KINDS, Axis, Cooling, Device, FrozenMap, HostLink, Level, MemoryPool,
+                     Model, MoE, Provenance, Storage, System, SystemPower, Topology, validate)
 from ..units import parse_quantity, to_si
 
 DATA = Path(__file__).parent / "data"
@@ -178,8 +178,16 @@ def _system(doc: dict, where: str, base: Path | None = None, depth: int = 0) -> 
                 continue
             raise SnlabError(f"{where}.{part}", "missing section", f"[{part}] with "
                              + ", ".join(n for n, _, _ in schema.SYSTEM[part]))
-        vals = _section(doc, part, schema.SYSTEM[part], where, top, prov, ("technology",))
-        vals["technology"] = _string(doc[part], "technology", f"{where}.{part}", False)
+        table = doc[part]
+        wired = part in ("scale_up", "scale_out") and isinstance(table, dict) and "topology" in table
+        if wired:
+            table = {k: v for k, v in table.items() if k != "topology"}
+        vals = _section({**doc, part: table}, part, schema.SYSTEM[part], where, top, prov, ("technology",))
+        vals["technology"] = _string(table, "technology", f"{where}.{part}", False)
+        if wired:
+            local = {**top, **{k: table[k] for k in schema.META if isinstance(table.get(k), str)}}
+            vals["topology"] = _topology(doc[part]["topology"], f"{where}.{part}.topology", local, prov,
+                                         f"{part}.topology")
         levels[part] = vals
     up = levels["scale_up"]
     power = None
@@ -228,6 +236,93 @@ def _cooling(doc: dict, where: str, top: dict, prov: dict) -> tuple[dict, str]:
     if kind not in kinds:
         raise SnlabError(f"{label}.kind", f"got {kind!r}", ", ".join(kinds) or "a [cooling.<kind>] table first")
     return kinds, kind
+
+
+_TOPOLOGY_KEYS = {
+    "switch": {"kind", "tiers", "oversubscription", "tier_devices"},
+    "full-mesh": {"kind", "devices", "links_per_peer", "link_bandwidth"},
+    "torus": {"kind", "dims", "wrap", "wrap_multiple", "links", "link_bandwidth"},
+    "nd-full-mesh": {"kind", "dims", "switched", "links_per_peer", "link_bandwidth"},
+}
+
+
+def _per_axis(raw, count: int, field: str):
+    """A per-axis setting: one value for every axis, or a list of one per axis."""
+    if isinstance(raw, list):
+        if len(raw) != count:
+            raise SnlabError(field, f"{len(raw)} values for {count} axes", f"one value, or a list of {count}")
+        return raw
+    return [raw] * count
+
+
+def _topology(raw, where: str, defaults: dict, prov: dict, key: str) -> Topology:
+    """A ``[scale_up.topology]`` table: kind and, by kind, switch tiers, mesh links or
+    torus axes, each number with a source like every other preset number."""
+    if not isinstance(raw, dict):
+        raise SnlabError(where, "must be a table", "[scale_up.topology] with kind = " + ", ".join(TOPOLOGY_KINDS))
+    local = {**defaults, **{k: raw[k] for k in schema.META if isinstance(raw.get(k), str)}}
+    kind = raw.get("kind")
+    if kind not in TOPOLOGY_KINDS:
+        raise SnlabError(f"{where}.kind", f"got {kind!r}", ", ".join(TOPOLOGY_KINDS))
+    known = _TOPOLOGY_KEYS[kind] | set(schema.META)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise SnlabError(f"{where}.{unknown[0]}", f"unknown field for a {kind}",
+                         ", ".join(sorted(_TOPOLOGY_KEYS[kind])))
+
+    def number(name, dimension, value, label=None):
+        label = label or name
+        si, p = _number(value, dimension, f"{where}.{label}", local)
+        prov[f"{key}.{label}"] = p
+        return int(si) if dimension in ("count", "count0") else si
+
+    def required(name):
+        if name not in raw:
+            raise SnlabError(f"{where}.{name}", "missing", f"see the {kind} fields: "
+                             + ", ".join(sorted(_TOPOLOGY_KEYS[kind] - {"kind"})))
+        return raw[name]
+
+    if kind == "switch":
+        return Topology(kind, tiers=number("tiers", "count", raw.get("tiers", 1)) if "tiers" in raw else 1,
+                        oversubscription=number("oversubscription", "factor", raw["oversubscription"])
+                        if "oversubscription" in raw else 1.0,
+                        tier_devices=number("tier_devices", "count0", raw["tier_devices"]) if "tier_devices" in raw else 0)
+    if kind == "full-mesh":
+        size = number("devices", "count", required("devices"))
+        links = number("links_per_peer", "count", raw["links_per_peer"]) if "links_per_peer" in raw else 1
+        bw = number("link_bandwidth", "bytes/s", required("link_bandwidth"))
+        return Topology(kind, axes=(Axis("mesh", size, bw, links),))
+    dims = required("dims")
+    if not isinstance(dims, list) or not dims:
+        raise SnlabError(f"{where}.dims", f"got {dims!r}", "a list of 1 to 3 axis sizes, innermost first")
+    sizes = [number("dims", "count", d, f"dims[{i}]") for i, d in enumerate(dims)]
+    count = len(sizes)
+    bws = [number("link_bandwidth", "bytes/s", v, f"link_bandwidth[{i}]" if isinstance(raw["link_bandwidth"], list)
+                  else "link_bandwidth") for i, v in enumerate(_per_axis(required("link_bandwidth"), count,
+                                                                         f"{where}.link_bandwidth"))]
+    if kind == "torus":
+        links = [number("links", "count", v, f"links[{i}]") for i, v in
+                 enumerate(_per_axis(raw["links"], count, f"{where}.links"))] if "links" in raw else [1] * count
+        if "wrap" in raw and "wrap_multiple" in raw:
+            raise SnlabError(f"{where}.wrap", "given with wrap_multiple", "wrap (a fixed torus) or wrap_multiple "
+                             "(slices cut by optical switches), not both")
+        multiple = number("wrap_multiple", "count", raw["wrap_multiple"]) if "wrap_multiple" in raw else 0
+        wraps = _per_axis(raw.get("wrap", True), count, f"{where}.wrap")
+        for i, flag in enumerate(wraps):
+            if not isinstance(flag, bool):
+                raise SnlabError(f"{where}.wrap[{i}]", f"got {flag!r}", "true or false")
+        axes = tuple(Axis("ring" if wrap else "line", size, bw, link)
+                     for size, bw, link, wrap in zip(sizes, bws, links, wraps))
+        return Topology(kind, axes=axes, wrap_multiple=multiple)
+    links = [number("links_per_peer", "count", v, f"links_per_peer[{i}]") for i, v in
+             enumerate(_per_axis(raw["links_per_peer"], count, f"{where}.links_per_peer"))] \
+        if "links_per_peer" in raw else [1] * count
+    switched = _per_axis(raw.get("switched", False), count, f"{where}.switched")
+    for i, flag in enumerate(switched):
+        if not isinstance(flag, bool):
+            raise SnlabError(f"{where}.switched[{i}]", f"got {flag!r}", "true or false")
+    return Topology(kind, axes=tuple(Axis("switch" if sw else "mesh", size, bw, 1 if sw else link)
+                                     for size, bw, link, sw in zip(sizes, bws, links, switched)))
 
 
 def _model(doc: dict, where: str, base=None, depth: int = 0) -> Model:

@@ -65,6 +65,60 @@ def _device_lines(dev: Device, prefix: str = "") -> list[str]:
     return lines
 
 
+def _inline(si_value, dimension: str, prov: Provenance | None) -> str:
+    """One number as an inline table (for lists of per-axis values)."""
+    return _num("x", si_value, dimension, prov)[len("x = "):]
+
+
+def _topology_lines(top, part: str, prov) -> list[str]:
+    """A level's ``[part.topology]`` table (nothing for a one-tier switch, the default)."""
+    from ..specs import SWITCH
+    key = f"{part}.topology"
+    if top == SWITCH and not any(k.startswith(key + ".") for k in prov):
+        return []
+    lines = ["", f"[{key}]", f"kind = {_q(top.kind)}"]
+
+    def one(name, value, dimension):
+        lines.append(_num(name, value, dimension, prov.get(f"{key}.{name}")))
+
+    def each(name, values, dimension, default=None):
+        given = any(k == f"{key}.{name}" or k.startswith(f"{key}.{name}[") for k in prov)
+        if not given and default is not None and all(v == default for v in values):
+            return                                     # left to the loader's default
+        if f"{key}.{name}" in prov or len(set(values)) == 1 and f"{key}.{name}[0]" not in prov:
+            one(name, values[0], dimension)
+        else:
+            items = [_inline(v, dimension, prov.get(f"{key}.{name}[{i}]")) for i, v in enumerate(values)]
+            lines.append(f"{name} = [{', '.join(items)}]")
+
+    if top.kind == "switch":
+        one("tiers", top.tiers, "count")
+        if top.oversubscription != 1 or f"{key}.oversubscription" in prov:
+            one("oversubscription", top.oversubscription, "factor")
+        if top.tier_devices or f"{key}.tier_devices" in prov:
+            one("tier_devices", top.tier_devices, "count0")
+        return lines
+    axes = top.axes
+    if top.kind == "full-mesh":
+        one("devices", axes[0].size, "count")
+        each("links_per_peer", [axes[0].links], "count", 1)
+        one("link_bandwidth", axes[0].link_bandwidth, "bytes/s")
+        return lines
+    lines.append("dims = [" + ", ".join(_inline(a.size, "count", prov.get(f"{key}.dims[{i}]"))
+                                       for i, a in enumerate(axes)) + "]")
+    if top.kind == "torus":
+        if top.wrap_multiple:
+            one("wrap_multiple", top.wrap_multiple, "count")
+        else:
+            lines.append("wrap = [" + ", ".join("true" if a.kind == "ring" else "false" for a in axes) + "]")
+        each("links", [a.links for a in axes], "count", 1)
+    else:
+        lines.append("switched = [" + ", ".join("true" if a.kind == "switch" else "false" for a in axes) + "]")
+        each("links_per_peer", [a.links for a in axes], "count", 1)
+    each("link_bandwidth", [a.link_bandwidth for a in axes], "bytes/s")
+    return lines
+
+
 def _header(obj, extra: list[str]) -> list[str]:
     return [f"kind = {_q(obj.kind)}", f"name = {_q(obj.name)}",
             f"description = {_q(obj.description)}"] + extra
@@ -92,6 +146,8 @@ def to_toml(obj: Device | System | Model) -> str:
                     continue
                 lines.append(_num(field, getattr(level, field), dimension,
                                   obj.provenance.get(f"{part}.{field}")))
+            if part in ("scale_up", "scale_out"):
+                lines += _topology_lines(level.topology, part, obj.provenance)
         if obj.power is not None:
             lines += ["", "[power]"]
             for field, dimension, required in schema.SYSTEM["power"]:

@@ -37,7 +37,6 @@ import numpy as np
 from .. import network as net
 from ..grid import where
 from ..hardware import ACTIVATION_BYTES, Hardware
-from ..walls import communication as cm
 from ..walls import compute as cw
 
 #: bytes of one logit the sampler reads (fp32)
@@ -146,12 +145,11 @@ def elementwise_bytes(tokens, sizes, tp):
 def tensor_all_reduce(S, n, hw: Hardware):
     """Seconds of one tensor-parallel all-reduce of S bytes over n devices in a serving
     step: the engine's one-shot kernel where the group sits inside one scale-up domain
-    and the system has one (``direct_call_latency`` > 0), else the collective library's
-    (:func:`snlab.network.all_reduce`), whichever is faster for the message."""
+    and the system has one (``direct_call_latency`` > 0; :func:`snlab.network.one_shot_all_reduce`,
+    at the group's bandwidth: on a full mesh its members' mutual links), else the collective
+    library's (:func:`snlab.network.all_reduce`), whichever is faster for the message."""
     library = net.all_reduce(S, n, 1.0, hw)
-    direct = cm.direct_all_reduce_time(message_bytes=S, group_size=n, call_latency=hw.scale_up_direct_call_latency,
-                                       latency=hw.scale_up_latency, link_bandwidth=hw.scale_up_bandwidth,
-                                       link_efficiency=hw.scale_up_efficiency)
+    direct = net.one_shot_all_reduce(S, n, hw)
     usable = (hw.scale_up_direct_call_latency > 0) & (n <= hw.scale_up_domain_size) & (n > 1)
     return where(usable, np.minimum(library, direct), library)
 

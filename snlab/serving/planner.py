@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 
-from .. import energy, grid, schema, uncertainty
+from .. import energy, grid, network, schema, uncertainty
 from ..errors import SnlabError
 from ..hardware import DTYPE_BYTES, FIELDS, field_dimension, hardware
 from ..presets import PresetLike
@@ -117,7 +117,9 @@ def _grid(model: Model, system: System, axes: dict):
         context=grid.where(given, g["context"], g["prompt_len"] + np.floor(g["output_len"] / 2)),
         capacity_context=grid.where(given, g["context"], g["prompt_len"] + g["output_len"]),
         weight_bytes=weight_bytes[wd], kv_bytes=weight_bytes[kd], gemm_ratio=ratios[wd])
-    return dep, hw, {k: getattr(hw, k) for k in hw_axes}
+    # on a torus pod each deployment runs on the slice the scheduler gives its devices
+    hw_cols = {k: getattr(hw, k) for k in hw_axes}
+    return dep, network.placed(system, hw, dep.devices), hw_cols
 
 
 def _power(model: Model, system: System, out: dict, dep, hw, prices=None, pue=None) -> dict:

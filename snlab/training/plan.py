@@ -71,11 +71,13 @@ DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, 
                 offload="none", grad_dtype="bf16", seq_len=None, flash_attention=True, optimizer_bytes=12,
                 first_stage_layers=0, last_stage_layers=0, ep_dispatcher="deepep", capacity_factor=0,
                 expert_imbalance=None, chunk_overhead_s=0.78e-3, fp8_activations=None, expert_tp=None,
-                logit_bytes=4)
+                logit_bytes=4, slice=None)
 #: first/last_stage_layers 0: the automatic split (snlab.training.stages); ep_dispatcher
 #: "deepep": what DeepSeek-V3 trains with and Megatron-Core's MoE recipes for fine-grained
 #: experts use; capacity_factor 0: no token dropping (Megatron-Core's default, None);
 #: expert_imbalance None: the model preset's measured load of the busiest expert over the mean
+#: slice None: on a torus pod the slice the scheduler gives the job's devices
+#: (snlab.topology.auto_slice), each parallel group spanning the axes the rank layout gives it;
 #: chunk_overhead_s 0.78 ms: the median of what each extra pass through a one-layer model
 #: chunk cost Megatron-LM's interleaved schedule on 8-32 A100s beyond its modelled bubble and
 #: sends (Qi et al. 2024, Zero Bubble Pipeline Parallelism: measured throughput, Table 4,
@@ -116,7 +118,8 @@ ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                last_stage_layers="0 (automatic) or the transformer layers of the last pipeline stage",
                ep_dispatcher="alltoall, deepep", capacity_factor="0 (no token dropping) or a factor from 0.1 to 64",
                expert_imbalance="a factor from 1 to 64 (load of the busiest expert device over the mean)",
-               chunk_overhead_s="a time in seconds from 0 to 0.1 (0.00078: Qi et al. 2024)")
+               chunk_overhead_s="a time in seconds from 0 to 0.1 (0.00078: Qi et al. 2024)",
+               slice="on a torus, the job's slice, e.g. '4x4x8' (default: the scheduler's shape for its devices)")
 
 
 @dataclass(frozen=True)

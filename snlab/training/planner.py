@@ -29,7 +29,7 @@ PLAN_FIELDS = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zer
                "sequence_parallel", "interleave", "overlap", "offload", "grad_dtype", "seq_len",
                "flash_attention", "optimizer_bytes", "first_stage_layers", "last_stage_layers",
                "ep_dispatcher", "capacity_factor", "expert_imbalance", "chunk_overhead_s", "fp8_activations",
-               "expert_tp", "logit_bytes")
+               "expert_tp", "logit_bytes", "slice")
 NUMERIC = ("tp", "pp", "dp", "ep", "cp", "expert_tp", "micro_batch", "global_batch", "zero", "interleave",
            "seq_len", "optimizer_bytes", "first_stage_layers", "last_stage_layers", "capacity_factor",
            "expert_imbalance", "chunk_overhead_s", "logit_bytes")
@@ -114,6 +114,9 @@ def _plan_axes(model: Model, merged: dict, axes: dict) -> tuple[dict, dict]:
             labels[name] = list(values)
         elif name == "sequence_parallel":
             columns[name] = np.asarray([-1.0 if v is None else grid.flags(name, [v])[0] for v in values])
+        elif name == "slice":
+            columns[name] = np.arange(len(values), dtype=float)
+            labels[name] = [None if v is None else str(v) for v in values]
         elif name == "overlap":
             levels = [pl.overlap_levels(v) for v in values]
             columns["overlap"] = np.arange(len(levels), dtype=float)
@@ -171,6 +174,28 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     return g, hw, labels
 
 
+def _placed(system: System, hw, g: dict, labels: dict):
+    """The hardware with each plan's slice of a torus (:func:`snlab.network.placed`): the
+    plan's ``slice`` or the scheduler's shape for its devices. A slice on a system that is
+    no torus, or one that cannot hold the job, is an error naming the field."""
+    from .. import network
+    from .. import topology as topo
+    given = labels.get("slice", [None])
+    top = system.scale_up.topology
+    if top.kind != "torus":
+        if any(v is not None for v in given):
+            raise SnlabError("slice", f"{system.name} is a {top.describe()}", "no slice: only a torus takes one")
+        return hw
+    shapes = [None if v is None else topo.parse_slice(v, top) for v in given]
+    devices = g["tp"] * g["pp"] * g["dp"] * g["cp"]
+    for i, shape in enumerate(shapes):
+        if shape is not None:
+            rows = np.broadcast_to(g["slice"] == i, np.shape(devices)) if np.ndim(devices) else [g["slice"] == i]
+            for n in np.unique(np.broadcast_to(devices, np.shape(rows))[np.asarray(rows)]):
+                topo.check_slice(shape, int(n))
+    return network.placed(system, hw, devices, (shapes, g["slice"]))
+
+
 def _check_precision(precision) -> None:
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise SnlabError("precision", f"got {precision!r}",
@@ -226,10 +251,12 @@ def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", 
     g, hw, labels = _grid(model, system, axes, precision)
     plan = plan_of(g)
     broken = pl.violations(model, plan, devices)
+    hw = _placed(system, hw, g, labels)
     with np.errstate(all="ignore"):
         out = step_columns(model_sizes(model), plan, hw)
         if system.has_power:
             out.update(energy.training_columns(out, g, hw, prices, pue))
+    out.update(_slice_columns(hw))
     hw_cols = {k: getattr(hw, k) for k in SYSTEM_FIELDS if k in axes}
     shape = grid.grid_shape(broken, g, hw_cols)
     broken = np.broadcast_to(broken, shape).ravel()
@@ -295,14 +322,25 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
     broken = int(np.ravel(pl.violations(m, plan_grid, devices))[0])
     if broken >= 0:
         raise _rule_error(pl.RULES[broken], m, {k: np.ravel(v)[:1] for k, v in g.items()})
+    hw = _placed(s, hw, g, labels)
     with np.errstate(all="ignore"):
         out = step_columns(model_sizes(m), plan_grid, hw)
         if s.has_power:
             out.update(energy.training_columns(out, g, hw, prices, pue))
+    out.update(_slice_columns(hw))
     row = {k: (v.item() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
     grid.check_finite(row, plan)
     return TrainResult.from_row(m, s, precision, {k: (v.item() if isinstance(v, np.ndarray) else v)
                                                   for k, v in g.items()}, labels, row, prices)
+
+
+def _slice_columns(hw) -> dict:
+    """Each row's slice along x, y and z on a torus (nothing for another level)."""
+    if getattr(hw.topology, "kind", "switch") != "torus":
+        return {}
+    return {f"slice_{a}": np.where(np.asarray(getattr(hw, f"slice_{a}")) > 0, getattr(hw, f"slice_{a}"),
+                                   float(hw.topology.axes[i].size) if i < len(hw.topology.axes) else 1.0)
+            for i, a in enumerate("xyz")}
 
 
 def _rule_error(rule: pl.Rule, model: Model, g: dict) -> SnlabError:
@@ -364,6 +402,13 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
     data["capacity_factor"] = g["capacity_factor"]
     data["expert_imbalance"] = g["expert_imbalance"]
     data["chunk_overhead_s"] = g["chunk_overhead_s"]
+    if "slice_x" in out:            # a torus: each row's slice, as "4x4x8"
+        x, y, z = (np.broadcast_to(out[f"slice_{a}"], (n,)) for a in "xyz")
+        keys, codes = np.unique((x * 1e6 + y) * 1e6 + z, return_inverse=True)
+        names = [f"{k // 1e12:g}x{k // 1e6 % 1e6:g}x{k % 1e6:g}" for k in keys]
+        data["slice"] = pd.Categorical.from_codes(np.ravel(codes), names)
+    else:
+        data["slice"] = pd.Categorical.from_codes(zeros, [""])
     for name in hw_axes:
         data[name] = grid.full(hw_axes[name], n)
     valid = broken < 0
@@ -527,6 +572,10 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     devices, global_batch, top = (grid.whole_number(name, value, 1, top_value) for name, value, top_value in (
         ("devices", devices, MAX_DEVICES), ("global_batch", global_batch, MAX_GLOBAL_BATCH), ("top", top, MAX_TOP)))
     base, options, fixed = search_space(m, devices, global_batch, **fixed)
+    wiring = s.scale_up.topology
+    if wiring.kind == "torus" and wiring.reconfigurable and "slice" not in fixed:
+        from .. import topology as topo
+        options["slice"] = [topo.slice_text(d) for d in topo.slices_for(devices, wiring)]
     g_opts, hw, labels = _grid(m, s, {**fixed, **options, "global_batch": global_batch,
                                       "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1}, precision)
     cols = grid.flatten(g_opts, grid.grid_shape(g_opts))
@@ -539,10 +588,12 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     broken = pl.violations(m, plan_of(g), devices)
     keep = broken < 0
     g = {k: v[keep] for k, v in g.items()}
+    hw = _placed(s, hw, g, labels)
     with np.errstate(all="ignore"):
         out = step_columns(model_sizes(m), plan_of(g), hw)
         if s.has_power:
             out.update(energy.training_columns(out, g, hw, prices, pue))
+    out.update(_slice_columns(hw))
     grid.check_finite_rows(out, np.ones(g["tp"].shape, dtype=bool), g)
     frame = _frame(m, s, precision, g, labels, broken[keep], out)
     frame = frame[frame["fits"]]
@@ -560,8 +611,8 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     # recomputation under FlashAttention, which keeps no scores to drop) leaves the plan
     # that asks for less
     outcome = frame[["step_time_s", "memory_total_bytes"]].round({"step_time_s": 12, "memory_total_bytes": 0})
-    same = pd.concat([frame[["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "zero", "sequence_parallel"]],
-                      outcome], axis=1).duplicated()
+    same = pd.concat([frame[["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "zero", "sequence_parallel",
+                             *(["slice"] if "slice" in frame else [])]], outcome], axis=1).duplicated()
     result = frame[~same.to_numpy()].head(int(top)).reset_index(drop=True)
     result.attrs["evaluated"] = int(keep.sum())
     result.attrs["distinct"] = int((~same).sum())

@@ -81,6 +81,7 @@ class TrainResult(Result):
             "capacity_factor": float(g["capacity_factor"]), "expert_imbalance": float(g["expert_imbalance"]),
             "fp8_activations": list(pl.FP8_ACTIVATIONS)[int(g["fp8_activations"])],
             "expert_tp": int(g["expert_tp"]) or int(g["tp"]), "logit_bytes": float(g["logit_bytes"]),
+            "slice": "x".join(f"{float(row[f'slice_{a}']):g}" for a in "xyz") if "slice_x" in row else "",
         }
         time_s = {p: float(row[f"time_{p}_s"]) for p in TIME_PARTS}
         time_s["exposed"] = {p: float(row[f"exposed_{p}_s"]) for p in EXPOSED}
@@ -140,7 +141,7 @@ class TrainResult(Result):
         p = self.plan
         return (f"{self.model} on {self.system}: {self.devices} devices (tp={p['tp']} pp={p['pp']} dp={p['dp']} "
                 f"ep={p['ep']} cp={p['cp']}), micro-batch {p['micro_batch']}, global batch {p['global_batch']}, "
-                f"recompute {p['recompute']}, ZeRO {p['zero']}")
+                f"recompute {p['recompute']}, ZeRO {p['zero']}" + (f", slice {p['slice']}" if p.get("slice") else ""))
 
     def summary_rows(self) -> list[tuple[str, str]]:
         t = self.time_s

@@ -1,14 +1,16 @@
 """Validation: published runs, what snlab predicts for them, and the error.
 
-The runs live in TOML files beside this module (``training_runs.toml``,
-``memory_runs.toml``, ``serving_runs.toml``, ``power_runs.toml``), one ``[[run]]`` per
-published number with its source, inputs, metric and tolerance. ``table()`` gathers all four;
-serving under load has its own (``queue_runs.toml``, :func:`queue_table`);
+The runs live in TOML files beside this module (``training_runs.toml`` and
+``topology_runs.toml``, ``memory_runs.toml``, ``serving_runs.toml``, ``power_runs.toml``,
+``collective_runs.toml``), one ``[[run]]`` per published number with its source, inputs,
+metric and tolerance. ``table()`` gathers them; serving under load has its own
+(``queue_runs.toml``, :func:`queue_table`);
 :func:`snlab.charts.parity` draws predicted against measured.
 """
 
 from __future__ import annotations
 
+from .collectives import collective_runs, collective_table
 from .memory import memory_runs, memory_table
 from .power import power_runs, power_table
 from .queue import queue_runs, queue_table
@@ -17,17 +19,17 @@ from .serving import serving_runs, serving_table
 from .training import training_runs, training_table
 
 __all__ = ["table", "summary", "summary_markdown", "fits_markdown", "training_runs", "training_table",
-           "memory_runs", "memory_table", "serving_runs", "serving_table", "power_runs", "power_table", "queue_runs",
-           "queue_table", "read_runs"]
+           "collective_runs", "collective_table", "memory_runs", "memory_table", "serving_runs", "serving_table",
+           "power_runs", "power_table", "queue_runs", "queue_table", "read_runs"]
 
 
 def table():
-    """Every shipped run, training, memory, serving and power, with a ``kind`` column."""
+    """Every shipped run, training, memory, serving, power and collective, with a ``kind`` column."""
     import pandas as pd
 
     parts = []
     for kind, frame in (("training", training_table()), ("memory", memory_table()), ("serving", serving_table()),
-                        ("power", power_table())):
+                        ("power", power_table()), ("collective", collective_table())):
         frame = frame.copy()
         frame.insert(0, "kind", kind)
         parts.append(frame)

@@ -19,11 +19,17 @@ _RUN_KEYS = {"id", "source", "where", "model", "system", "plan", "metric", "meas
 TOLERANCE = {"training": 0.20}
 
 
+#: the shipped files of training runs: switched clusters and supernodes, then the systems
+#: beyond one switch (tori, larger NVLink racks)
+SHIPPED = ("training_runs.toml", "topology_runs.toml")
+
+
 def training_runs(path: str | Path | None = None) -> list[dict]:
-    """The published training runs (default: the shipped file), validated."""
-    path = Path(path) if path else HERE / "training_runs.toml"
-    return read_runs(path, ("id", "source", "where", "model", "system", "plan", "metric", "measured"),
-                     _RUN_KEYS, "training_runs.toml")
+    """The published training runs (default: the shipped files), validated."""
+    paths = [Path(path)] if path else [HERE / name for name in SHIPPED]
+    return [run for p in paths
+            for run in read_runs(p, ("id", "source", "where", "model", "system", "plan", "metric", "measured"),
+                                 _RUN_KEYS, "training_runs.toml")]
 
 
 def training_table(path: str | Path | None = None):

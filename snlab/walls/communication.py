@@ -129,6 +129,116 @@ hierarchical_all_to_all_time = Formula(
     "messages to one domain are counted as one step.",
 )
 
+# --- beyond one switch: tori and full meshes ------------------------------------------
+#
+# A group on a torus or a full mesh spans up to three axes (x, y, z); on each it has k
+# members, w disjoint paths per direction, sigma steps, links of bandwidth beta (its share
+# of them) and a latency per step. An unused axis has k = 1 and drops out of every term.
+
+_AXES = "xyz"
+k = {a: getattr(sym, f"axis_size_{a}") for a in _AXES}
+w = {a: getattr(sym, f"axis_paths_{a}") for a in _AXES}
+sigma = {a: getattr(sym, f"axis_steps_{a}") for a in _AXES}
+cut = {a: getattr(sym, f"axis_cut_{a}") for a in _AXES}
+b_ax = {a: getattr(sym, f"axis_bandwidth_{a}") for a in _AXES}
+a_ax = {a: getattr(sym, f"axis_latency_{a}") for a in _AXES}
+#: 1 on an axis the group uses (k >= 2), 0 on one it does not (k = 1)
+used = {a: sp.Min(k[a] - 1, 1) for a in _AXES}
+#: chunks the buffer is cut into: one per used axis (at least one, for a group with a
+#: single member per slice, whose slices then do all the work)
+axes_used = sp.Max(sum(used.values()), 1)
+#: the order in which each chunk visits the axes: chunk x goes x, y, z; chunk y goes y, z, x;
+#: chunk z goes z, x, y, so that at the start every used axis carries a chunk
+_ORDER = {"x": "xyz", "y": "yzx", "z": "zxy"}
+
+
+def _axis_load(S_, axis: str):
+    """Bytes each device sends along ``axis`` per direction-path in a dimension-ordered
+    reduce-scatter of an S-byte buffer split into one chunk per used axis: a chunk that
+    reaches the axis after others has been reduced by their sizes first."""
+    total = 0
+    for chunk, order in _ORDER.items():
+        before = order[:order.index(axis)]
+        total += used[chunk] / sp.Mul(*[k[b] for b in before])
+    return S_ / axes_used * (k[axis] - 1) / k[axis] * total
+
+
+_axis_latency = sum(sigma[a] * a_ax[a] for a in _AXES)
+_axis_bandwidth_time = sp.Max(*[_axis_load(S, a) / (eta * w[a] * b_ax[a]) for a in _AXES])
+_AXIS_SOURCE = ("dimension-ordered collectives with one chunk per axis, rotated so that every axis works at once "
+                "(Austin et al. 2025, How to Scale Your Model, Part 3, 'AllGather over multiple axes'; Chan et al. "
+                "2007, Concurrency and Computation 19(13), bucket algorithms on meshes and tori); a bidirectional ring "
+                "per torus axis (Patarasuk and Yuan 2009), a direct exchange per full-mesh axis (Bruck et al. 1997)")
+
+axis_reduce_scatter_time = Formula(
+    "axis_reduce_scatter_time", "time",
+    a0 + _axis_latency + _axis_bandwidth_time,
+    _AXIS_SOURCE,
+    "Reduce-scatter (or all-gather) of an S-byte buffer over a group that spans up to three axes "
+    "of a torus or full mesh. The buffer is cut into one chunk per used axis; each chunk is "
+    "reduced along every axis in turn, starting on its own, so all axes carry data at once. A "
+    "chunk arriving on an axis after others is already 1/k of its size per axis passed. The "
+    "busiest axis sets the pace: its bytes over its paths and links; each axis adds its steps' "
+    "latency.",
+)
+
+axis_all_reduce_time = Formula(
+    "axis_all_reduce_time", "time",
+    a0 + 2 * _axis_latency + 2 * _axis_bandwidth_time,
+    _AXIS_SOURCE,
+    "All-reduce over up to three axes: the dimension-ordered reduce-scatter, then the same "
+    "all-gather in reverse. On a k x k x k torus each axis carries a third of the data, so "
+    "a large all-reduce gets three times the bus bandwidth of one ring of the same k^3 chips "
+    "and links.",
+)
+
+axis_all_to_all_time = Formula(
+    "axis_all_to_all_time", "time",
+    a0 + _axis_latency + sp.Max(*[used[a] * k[a] * S / (4 * eta * cut[a] * b_ax[a]) for a in _AXES],
+                               (n - 1) / n * S / (eta * beta)),
+    "bisection bound of a uniform all-to-all (Dally and Towles 2004, Principles and Practices of "
+    "Interconnection Networks, Sec. 3.3): across a cut halving the group along an axis, half the "
+    "devices send a quarter of all bytes to the other half; dimension-ordered routing with one "
+    "chunk per axis loads each axis with the whole buffer once",
+    "All-to-all of an S-byte send buffer over a group of n = k_x k_y k_z devices on a torus or "
+    "full mesh: n S / 4 bytes cross each axis's bisection, which has n / k lines of c links "
+    "per direction, so the axis takes k S / (4 c beta); a device cannot inject faster than its "
+    "links beta (per device, per direction). A longer axis, or one without wrap-around (c = 1 "
+    "instead of 2), is slower: the bisection limit.",
+)
+
+_slices = k["x"] * k["y"] * k["z"]
+
+sliced_all_reduce_time = Formula(
+    "sliced_all_reduce_time", "time",
+    axis_all_reduce_time.expr + 2 * sp.Min((n2 - 1) * a2, sp.log(n2, 2) * a2)
+    + 2 * (n2 - 1) / n2 * (S / _slices) / (e2 * b2),
+    "reduce-scatter inside each slice (or supernode), all-reduce of each device's 1/n_1 share "
+    "across them, all-gather inside (Jia et al. 2018, arXiv 1807.11205, Sec. 4.2; XLA's "
+    "multi-slice all-reduce over the data-centre network, Google Cloud TPU multislice docs)",
+    "All-reduce over n_2 slices of a torus or full mesh joined by a scale-out network: the "
+    "axis all-reduce inside each slice, then each device all-reduces its 1/(k_x k_y k_z) share "
+    "with its peers in the other slices through its own NIC, as a ring or a tree.",
+)
+
+sliced_reduce_scatter_time = Formula(
+    "sliced_reduce_scatter_time", "time",
+    axis_reduce_scatter_time.expr + (n2 - 1) * a2 + (n2 - 1) / n2 * (S / _slices) / (e2 * b2),
+    "as sliced_all_reduce_time, one half",
+    "Reduce-scatter (or all-gather) over n_2 slices: inside each slice, then the 1/(k_x k_y k_z) "
+    "share across them.",
+)
+
+sliced_all_to_all_time = Formula(
+    "sliced_all_to_all_time", "time",
+    a0 + sp.Max(axis_all_to_all_time.expr.subs(a0, 0).subs(S, S / n2),
+                (n2 - 1) * a2 + (n2 - 1) / n2 * S / (e2 * b2)),
+    "as hierarchical_all_to_all_time: the share for peers in the same slice crosses its axes, "
+    "the rest the scale-out network, at the same time",
+    "All-to-all over n_2 slices: each device's 1/n_2 for peers in its own slice goes over the "
+    "slice's axes, the rest through its NIC, concurrently.",
+)
+
 bus_bandwidth = Formula(
     "bus_bandwidth", "link_bandwidth",
     S / sym.time * 2 * (n - 1) / n,
