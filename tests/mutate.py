@@ -60,9 +60,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("snlab/training/step.py", "in_pool = (hw.pool_bandwidth > 0)", "constant 0 -> 1"): _FLAG,
     ("snlab/training/step.py", "return calls(op, bytes_per_param, n_calls) if", "constant 0.0 -> 1"):
         "stands in only for rows whose ZeRO stage does not use this collective; where() drops it",
-    ("snlab/training/step.py", "a_far = where(off_act, np.maximum(mem.activations - 2 * mem.per_layer, 0.0)",
+    ("snlab/training/step.py", "a_far = where(off_act, share * np.maximum(mem.layered - 2 * mem.per_layer, 0.0)",
      "constant 0.0 -> 1"): "floors a stage's activations beyond two layers, never negative but for a one-layer stage",
-    ("snlab/training/step.py", "out_mb = np.maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)",
+    ("snlab/training/step.py", "out_mb = share * np.maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)",
      "constant 0.0 -> 1"): "floors a stage's activations beyond two layers, never negative but for a one-layer stage",
     ("snlab/training/step.py", "level = where(shorter > 0, hidden / where(shorter > 0, shorter, 1.0), 0.0)",
      "constant 1.0 -> 2"): _GUARD,

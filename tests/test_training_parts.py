@@ -61,6 +61,7 @@ def plan(**kw) -> pl.Plan:
                 sequence_parallel=0, interleave=1, offload=0, grad_bytes=2, seq_len=SEQ, flash_attention=1,
                 optimizer_bytes=12, first_stage_layers=0, last_stage_layers=0, ep_dispatcher=1, capacity_factor=0,
                 expert_imbalance=1, chunk_overhead_s=TAU, fp8_activations=0, expert_tp=0, logit_bytes=4,
+                offload_layers=0, fp8_params=0,
                 **{f"overlap_{c}": 0.0 for c in pl.OVERLAP_CLASSES})
     base.update(kw)
     return pl.Plan(**{k: float(v) for k, v in base.items()})
@@ -332,8 +333,25 @@ def test_offload_of_activations_moves_all_but_two_layers():
     lay, act, _, params = parts(p)
     mem = S.memory(SIZES, p, lay, act, params)
     off = S.offload(p, HW, lay, mem, params)
-    assert off.activations_far == approx(mem.activations - 2 * mem.per_layer)
+    # the layers' activations but two leave; the logits the loss needs stay
+    assert mem.layered == approx(mem.per_layer * L * 1)
+    assert off.activations_far == approx(mem.per_layer * L - 2 * mem.per_layer)
     assert off.activation_transfer == approx(2 * (L - 2) * mem.per_layer / 20e9)
+    # those of 6 of the 24 layers only (Megatron-Core's cpu_offloading_num_layers): a quarter
+    q = plan(offload=2, offload_layers=6)
+    some = S.offload(q, HW, lay, S.memory(SIZES, q, lay, act, params), params)
+    assert some.activations_far == approx(6 / L * (mem.per_layer * L - 2 * mem.per_layer))
+    assert some.activation_transfer == approx(6 / L * 2 * (L - 2) * mem.per_layer / 20e9)
+    many = S.offload(plan(offload=2, offload_layers=60), HW, lay, mem, params)
+    assert many.activations_far == approx(off.activations_far)    # never more than every layer
+    one = S.offload(plan(offload=2, offload_layers=1), HW, lay, mem, params)
+    assert one.activations_far == approx((mem.per_layer * L - 2 * mem.per_layer) / L)
+    # on two stages the first holds the most: its 13 layers' two micro-batches in flight,
+    # against the last's 11 layers and one (the logits stay out of what can move)
+    two = plan(pp=2, global_batch=16, offload=2)
+    lay2, act2, _, params2 = parts(two)
+    mem2 = S.memory(SIZES, two, lay2, act2, params2)
+    assert mem2.layered == approx(mem2.per_layer * 13 * 2) and lay2.last_layers == 11
     # without offload the optimizer steps on the device, at HBM speed
     assert off.optimizer_step == approx(params.dense * (4 * 2 + 2 * 12 + 2) / BYTE_RATE)
 
@@ -1372,3 +1390,26 @@ def test_stage_memory_with_tensor_context_and_expert_parallelism():
     z3 = S.stage_memory(SIZES, plan(dp=8, zero_stage=3), hw)[0]
     per_layer = (SIZES.layer_params + V * H + 2048 * H) / L
     assert z3["buffers"] == approx(per_layer * (4 + 2) + 1.0 * 2 * per_layer)
+
+
+def test_fp8_parameters_keep_one_byte_a_weight_and_no_copy():
+    """Weights kept in FP8 (Megatron-Core's fp8_param): one byte each, none of the FP8
+    copies 16-bit weights need beside them, and FP8 layers gathered under ZeRO-3."""
+    p = plan(dp=8, zero_stage=1, fp8_params=1)
+    lay, act, _, params = parts(p)
+    P = params.dense
+    mem = S.memory(SIZES, p, lay, act, params, weight_copy_bytes=1.0)
+    assert mem.weights == approx(1 * P) and mem.grads == approx(2 * P) and mem.buffers == 0
+    sixteen = S.memory(SIZES, plan(dp=8, zero_stage=1), lay, act, params, weight_copy_bytes=1.0)
+    assert sixteen.weights == approx(2 * P) and sixteen.buffers == approx(1.0 * P)
+    z3 = plan(dp=8, zero_stage=3, fp8_params=1)
+    lay, act, _, params = parts(z3)
+    mem = S.memory(SIZES, z3, lay, act, params, weight_copy_bytes=1.0)
+    assert mem.weights == approx(P / 8)
+    assert mem.buffers == approx(P / L * (2 * 1 + 2))             # two FP8 layers + one's gradients
+    hw = dataclasses.replace(HW, weight_copy_bytes=1.0)
+    one = S.stage_memory(SIZES, plan(dp=8, zero_stage=1, fp8_params=1), hw)[0]
+    emb = V * H + 2048 * H
+    assert one["weights"] == approx(SIZES.layer_params + emb) and one["buffers"] == 0
+    three = S.stage_memory(SIZES, z3, hw)[0]
+    assert three["buffers"] == approx((SIZES.layer_params + emb) / L * (2 * 1 + 2))

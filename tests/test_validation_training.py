@@ -60,7 +60,8 @@ def test_one_set_of_device_constants():
         assert set(run["plan"]) <= {"tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero",
                                     "recompute", "sequence_parallel", "interleave", "overlap", "offload",
                                     "grad_dtype", "seq_len", "flash_attention", "expert_tp", "fp8_activations",
-                                    "optimizer_bytes", "first_stage_layers", "last_stage_layers"}, run["id"]
+                                    "optimizer_bytes", "first_stage_layers", "last_stage_layers",
+                                    "offload_layers", "fp8_params"}, run["id"]
 
 
 def test_the_default_path_has_published_runs_on_both_chip_families():

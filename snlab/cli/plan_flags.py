@@ -9,7 +9,7 @@ from .common import integer_flag, number
 PLAN_KEYS = ["micro_batch", "global_batch", "zero", "recompute", "sequence_parallel", "interleave", "overlap",
              "offload", "grad_dtype", "seq_len", "flash_attention", "first_stage_layers", "last_stage_layers",
              "ep_dispatcher", "capacity_factor", "expert_imbalance", "chunk_overhead_s", "fp8_activations",
-             "expert_tp", "optimizer_bytes", "logit_bytes", "slice"]
+             "expert_tp", "optimizer_bytes", "logit_bytes", "slice", "offload_layers", "fp8_params"]
 
 
 def add(p, *, degrees: bool = True) -> None:
@@ -58,6 +58,11 @@ def add(p, *, degrees: bool = True) -> None:
                    help="on a torus pod, the job's slice, e.g. 4x4x8 (default: the scheduler's shape for its devices)")
     p.add_argument("--overlap", default=None, help="none, gradients, standard, all, or dp=1,tp=0.5,...")
     p.add_argument("--offload", choices=list(pl.OFFLOAD), default=None)
+    p.add_argument("--offload-layers", type=integer_flag("offload_layers", low=0, high=MAX_STAGE_LAYERS), default=None,
+                   help="with --offload activations: the layers of a stage whose activations leave "
+                        "(default 0: all but two)")
+    p.add_argument("--fp8-params", action="store_true", default=None,
+                   help="with --precision fp8: the weights kept in FP8, with no 16-bit copy")
     p.add_argument("--precision", default="bf16", help="matmul precision (bf16, fp8, ...)")
     p.add_argument("--grad-dtype", choices=list(pl.GRAD_DTYPE_BYTES), default=None)
     p.add_argument("--seq-len", type=integer_flag("seq_len", high=MAX_SEQ_LEN), default=None,

@@ -71,7 +71,7 @@ DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, 
                 offload="none", grad_dtype="bf16", seq_len=None, flash_attention=True, optimizer_bytes=12,
                 first_stage_layers=0, last_stage_layers=0, ep_dispatcher="deepep", capacity_factor=0,
                 expert_imbalance=None, chunk_overhead_s=0.78e-3, fp8_activations=None, expert_tp=None,
-                logit_bytes=4, slice=None)
+                logit_bytes=4, slice=None, offload_layers=0, fp8_params=False)
 #: first/last_stage_layers 0: the automatic split (snlab.training.stages); ep_dispatcher
 #: "deepep": what DeepSeek-V3 trains with and Megatron-Core's MoE recipes for fine-grained
 #: experts use; capacity_factor 0: no token dropping (Megatron-Core's default, None);
@@ -83,6 +83,10 @@ DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, cp=1, micro_batch=1, global_batch=None, 
 #: sends (Qi et al. 2024, Zero Bubble Pipeline Parallelism: measured throughput, Table 4,
 #: against the bubble rates computed from profiled pass and send times, Tables 5 and 9;
 #: 12 configurations, 0.61-1.20 ms, about 1.5-3 times the profiled send)
+#: fp8_params False: 16-bit weights (with FP8 training, Transformer Engine's FP8 copies beside
+#: them); True keeps the weights themselves in FP8 (Megatron-Core's fp8_param)
+#: offload_layers 0: with activation offload, every layer's activations but two leave the
+#: device; N > 0 moves those of N of a stage's layers (Megatron-Core's cpu_offloading_num_layers)
 #: logit_bytes 4: the loss keeps the output logits in fp32, as Megatron-Core's fused
 #: vocabulary-parallel cross-entropy does (Korthikanti et al. 2022 Sec. 4.3); an unfused loss
 #: that upcasts the bf16 logits keeps 10 (torchtitan's cross_entropy(pred.float()): the bf16
@@ -102,6 +106,9 @@ ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                ep="a whole number >= 1 dividing the experts, with ep x expert_tp dividing tp x dp x cp",
                expert_tp="0 (as tp) or a whole number >= 1 dividing tp",
                logit_bytes="bytes per output logit the loss keeps, from 0 to 32 (4: fused fp32; 10: unfused)",
+               fp8_params="true or false (the weights kept in FP8, with precision fp8)",
+               offload_layers="0 (every layer's activations but two) or the layers of a stage whose activations "
+                              "go to the far tier, a whole number",
                cp="a whole number >= 1 dividing the sequence length",
                micro_batch="a whole number >= 1", global_batch="a multiple of micro_batch x dp",
                zero="0, 1, 2 or 3",
@@ -155,6 +162,8 @@ class Plan:
     fp8_activations: np.ndarray
     expert_tp: np.ndarray
     logit_bytes: np.ndarray
+    offload_layers: np.ndarray
+    fp8_params: np.ndarray
     overlap_dp: np.ndarray
     overlap_zero: np.ndarray
     overlap_tp: np.ndarray

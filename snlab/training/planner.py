@@ -29,10 +29,10 @@ PLAN_FIELDS = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zer
                "sequence_parallel", "interleave", "overlap", "offload", "grad_dtype", "seq_len",
                "flash_attention", "optimizer_bytes", "first_stage_layers", "last_stage_layers",
                "ep_dispatcher", "capacity_factor", "expert_imbalance", "chunk_overhead_s", "fp8_activations",
-               "expert_tp", "logit_bytes", "slice")
+               "expert_tp", "logit_bytes", "slice", "offload_layers", "fp8_params")
 NUMERIC = ("tp", "pp", "dp", "ep", "cp", "expert_tp", "micro_batch", "global_batch", "zero", "interleave",
            "seq_len", "optimizer_bytes", "first_stage_layers", "last_stage_layers", "capacity_factor",
-           "expert_imbalance", "chunk_overhead_s", "logit_bytes")
+           "expert_imbalance", "chunk_overhead_s", "logit_bytes", "offload_layers")
 #: system fields a training sweep may vary, and where they live
 SYSTEM_FIELDS = (
     "scale_up_domain_size", "scale_up_bandwidth", "scale_up_latency", "scale_up_efficiency",
@@ -82,7 +82,8 @@ def _check_ranges(merged: dict) -> None:
                      ("capacity_factor", lambda v: v == 0 or 0.1 <= v <= 64),
                      ("expert_imbalance", lambda v: v is None or 1 <= v <= 64),
                      ("chunk_overhead_s", lambda v: 0 <= v <= 0.1),
-                     ("logit_bytes", lambda v: 0 <= v <= 32)):
+                     ("logit_bytes", lambda v: 0 <= v <= 32),
+                     ("offload_layers", lambda v: float(v).is_integer() and 0 <= v <= MAX_STAGE_LAYERS)):
         for v in grid.axis_values(name, merged[name]):
             if v is not None and (not grid.finite(v) or not ok(v)):
                 raise SnlabError(name, f"got {grid.show(v)}", pl.ALLOWED[name])
@@ -106,7 +107,7 @@ def _plan_axes(model: Model, merged: dict, axes: dict) -> tuple[dict, dict]:
         elif name == "grad_dtype":
             columns["grad_bytes"] = grid.coded(name, values, {k: float(v) for k, v in pl.GRAD_DTYPE_BYTES.items()},
                                                pl.ALLOWED[name])
-        elif name == "flash_attention":
+        elif name in ("flash_attention", "fp8_params"):
             columns[name] = grid.flags(name, values)
         elif name == "fp8_activations":
             columns[name] = grid.coded(name, [int(v) if isinstance(v, (bool, np.bool_)) else v for v in values],
@@ -146,6 +147,8 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
         merged["fp8_activations"] = "linear" if precision == "fp8" else "none"
     if merged["expert_imbalance"] is None:
         merged["expert_imbalance"] = model.moe.load_imbalance if model.moe else 1.0
+    if precision not in ("fp8", "fp4") and any(bool(v) for v in grid.axis_values("fp8_params", merged["fp8_params"])):
+        raise SnlabError("fp8_params", f"true with precision {precision}", "false unless precision is fp8 or fp4")
     columns, labels = _plan_axes(model, merged, axes)
     hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]),
                                   schema.describe(field_dimension(name)), field_dimension(name))
@@ -217,7 +220,8 @@ def plan_of(g: dict) -> pl.Plan:
                    last_stage_layers=g["last_stage_layers"], ep_dispatcher=g["ep_dispatcher"],
                    capacity_factor=g["capacity_factor"], expert_imbalance=g["expert_imbalance"],
                    chunk_overhead_s=g["chunk_overhead_s"], fp8_activations=g["fp8_activations"],
-                   expert_tp=g["expert_tp"], logit_bytes=g["logit_bytes"],
+                   expert_tp=g["expert_tp"], logit_bytes=g["logit_bytes"], offload_layers=g["offload_layers"],
+                   fp8_params=g["fp8_params"],
                    **{f: g[f] for f in OVERLAP_FIELDS})
 
 

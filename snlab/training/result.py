@@ -81,6 +81,7 @@ class TrainResult(Result):
             "capacity_factor": float(g["capacity_factor"]), "expert_imbalance": float(g["expert_imbalance"]),
             "fp8_activations": list(pl.FP8_ACTIVATIONS)[int(g["fp8_activations"])],
             "expert_tp": int(g["expert_tp"]) or int(g["tp"]), "logit_bytes": float(g["logit_bytes"]),
+            "offload_layers": int(g["offload_layers"]), "fp8_params": bool(g["fp8_params"]),
             "slice": "x".join(f"{float(row[f'slice_{a}']):g}" for a in "xyz") if "slice_x" in row else "",
         }
         time_s = {p: float(row[f"time_{p}_s"]) for p in TIME_PARTS}

@@ -403,25 +403,31 @@ class Memory:
     activations: np.ndarray
     buffers: np.ndarray
     per_layer: np.ndarray
+    layered: np.ndarray = 0.0
 
 
 def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params: Parameters,
            weight_copy_bytes=0.0) -> Memory:
     """``weight_copy_bytes``: bytes per weight of the FP8 copies FP8 training keeps beside
-    the 16-bit weights (:data:`snlab.hardware.FP8_WEIGHT_COPY_BYTES`; 0 in 16-bit training)."""
+    the 16-bit weights (:data:`snlab.hardware.FP8_WEIGHT_COPY_BYTES`; 0 in 16-bit training).
+    With ``fp8_params`` the weights themselves are kept in FP8 (Megatron-Core's fp8_param):
+    one byte each, and no copy beside them."""
+    weight_bytes = where(plan.fp8_params > 0, 1.0, 2.0)
+    weight_copy_bytes = where(plan.fp8_params > 0, 0.0, weight_copy_bytes)
+
     def states(formula):
-        return sum(formula.evaluate(dict(params_per_device=P, weight_bytes=2.0, grad_bytes=plan.grad_bytes,
+        return sum(formula.evaluate(dict(params_per_device=P, weight_bytes=weight_bytes, grad_bytes=plan.grad_bytes,
                                          optimizer_bytes=plan.optimizer_bytes, zero_stage=plan.zero_stage,
                                          zero_shards=n))
                    for P, n, _ in params.groups)
 
     r = pl.recompute_mode(plan.recompute)
     per_layer = act.stored
-    # ZeRO-3 / FSDP hold the current and the prefetched layer's gathered 16-bit weights and
+    # ZeRO-3 / FSDP hold the current and the prefetched layer's gathered weights and
     # one layer's full gradients before their reduce-scatter (PyTorch FSDP's
     # limit_all_gathers: two units at a time); ZeRO-2 one layer's gradient bucket
     layer_params = params.total / lay.stage_layers
-    buffers = where(plan.zero_stage == 3, layer_params * (2 * 2.0 + plan.grad_bytes),
+    buffers = where(plan.zero_stage == 3, layer_params * (2 * weight_bytes + plan.grad_bytes),
                        where(plan.zero_stage == 2, layer_params * plan.grad_bytes, 0.0))
     # FP8 copies of the weights a device holds whole (the two gathered layers under ZeRO-3)
     buffers = buffers + weight_copy_bytes * where(plan.zero_stage == 3, 2 * layer_params, params.total)
@@ -439,11 +445,16 @@ def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params:
 
     # the first stage holds the most micro-batches; the second the most among the middle
     # ones; the last also keeps the output logits and the MTP modules' layers
-    last = stage(lay.last_layers + sizes.mtp_modules, plan.pp - 1) + logits
-    acts = where(plan.pp > 1, np.maximum(np.maximum(stage(lay.first_layers, 0), stage(lay.middle_layers, 1)),
-                                            last), last) + working
+    last_layers = stage(lay.last_layers + sizes.mtp_modules, plan.pp - 1)
+    last = last_layers + logits
+    heavier = np.maximum(stage(lay.first_layers, 0), stage(lay.middle_layers, 1))
+    acts = where(plan.pp > 1, np.maximum(heavier, last), last) + working
+    # what the layers themselves keep (what offload can move): neither the logits the loss
+    # is computed from nor the layer being recomputed
+    layered = where(plan.pp > 1, np.maximum(heavier, last_layers), last_layers)
     return Memory(weights=states(mw.weight_memory), grads=states(mw.grad_memory),
-                  optimizer=states(mw.optimizer_memory), activations=acts, buffers=buffers, per_layer=per_layer)
+                  optimizer=states(mw.optimizer_memory), activations=acts, buffers=buffers, per_layer=per_layer,
+                  layered=layered)
 
 
 def stage_memory(sizes: ModelSizes, plan: Plan, hw: Hardware) -> list[dict]:
@@ -459,6 +470,8 @@ def stage_memory(sizes: ModelSizes, plan: Plan, hw: Hardware) -> list[dict]:
                                     int(stages.sizes_tail(sizes)))
     output = sizes.vocab_size * sizes.hidden_size
     rows = []
+    weight_bytes = 1.0 if plan.fp8_params > 0 else 2.0
+    copy_bytes = 0.0 if plan.fp8_params > 0 else hw.weight_copy_bytes
     for rank, n in enumerate(per_stage):
         last = rank == pp - 1
         layers = n + (sizes.mtp_modules if last else 0.0)
@@ -470,7 +483,8 @@ def stage_memory(sizes: ModelSizes, plan: Plan, hw: Hardware) -> list[dict]:
         groups = ((dense, plan.dp * plan.cp), (experts, plan.tp * plan.dp * plan.cp / (plan.ep * plan.etp)))
 
         def states(formula):
-            return sum(float(formula.evaluate(dict(params_per_device=P, weight_bytes=2.0, grad_bytes=plan.grad_bytes,
+            return sum(float(formula.evaluate(dict(params_per_device=P, weight_bytes=float(weight_bytes),
+                                                   grad_bytes=plan.grad_bytes,
                                                    optimizer_bytes=plan.optimizer_bytes, zero_stage=plan.zero_stage,
                                                    zero_shards=d))) for P, d in groups)
         in_flight = float(mw.stage_in_flight(pp=plan.pp, interleave=plan.interleave, micro_batches=lay.micro_batches,
@@ -482,9 +496,9 @@ def stage_memory(sizes: ModelSizes, plan: Plan, hw: Hardware) -> list[dict]:
         acts = float(act.stored) * layers * in_flight + logits + working
         local = dense + experts
         per_layer = local / max(layers, 1.0)
-        buffers = float(where(plan.zero_stage == 3, per_layer * (2 * 2.0 + plan.grad_bytes),
+        buffers = float(where(plan.zero_stage == 3, per_layer * (2 * weight_bytes + plan.grad_bytes),
                               where(plan.zero_stage == 2, per_layer * plan.grad_bytes, 0.0))
-                        + hw.weight_copy_bytes * where(plan.zero_stage == 3, 2 * per_layer, local))
+                        + copy_bytes * where(plan.zero_stage == 3, 2 * per_layer, local))
         weights, grads, optimizer = (states(f) for f in (mw.weight_memory, mw.grad_memory, mw.optimizer_memory))
         rows.append(dict(stage=rank, layers=n, in_flight=in_flight, weights=weights, grads=grads, optimizer=optimizer,
                          activations=acts, buffers=buffers, total=weights + grads + optimizer + acts + buffers))
@@ -521,7 +535,10 @@ def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Paramete
     off_opt = (plan.offload == 1) | (plan.offload == 3)
     off_act = (plan.offload == 2) | (plan.offload == 3)
     o_far = where(off_opt, mem.optimizer, 0.0)
-    a_far = where(off_act, np.maximum(mem.activations - 2 * mem.per_layer, 0.0), 0.0)
+    # the layers' activations beyond the two kept, or those of offload_layers of them
+    # (Megatron-Core's cpu_offloading_num_layers): that share of the stage's layers
+    share = where(plan.offload_layers > 0, np.minimum(plan.offload_layers / lay.stage_layers, 1.0), 1.0)
+    a_far = where(off_act, share * np.maximum(mem.layered - 2 * mem.per_layer, 0.0), 0.0)
     domain = hw.scale_up_domain_size
     in_domain = np.minimum(lay.devices, domain)
     pool_free = hw.free_pool(in_domain) / in_domain
@@ -535,7 +552,7 @@ def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Paramete
     # bandwidth per device at best (ZeRO-Offload's CPU-Adam is memory-bound too)
     host_step = cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.host_roofline())
     step = where(off_opt & ~in_pool, host_step, cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.roofline()))
-    out_mb = np.maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)
+    out_mb = share * np.maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)
     return Offload(optimizer_far=o_far, activations_far=a_far, in_pool=in_pool, bandwidth=bandwidth,
                    capacity=where(in_pool, pool_free, hw.host_capacity),
                    optimizer_transfer=where(off_opt, moved / bandwidth, 0.0),
