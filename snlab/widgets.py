@@ -129,8 +129,26 @@ class Dashboard:
         return self.widget._repr_mimebundle_(**kwargs)
 
 
+_SCALES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
+
+
+def _readout(option) -> str:
+    """A slider's readout for one choice: large numbers shortened (2e12 -> "2T", 64000 ->
+    "64k") so the readout fits beside its slider; anything else as ``str`` gives it."""
+    if isinstance(option, bool) or not isinstance(option, (int, float)) or abs(option) < 1e4:
+        return str(option)
+    for scale, suffix in _SCALES:
+        if abs(option) >= scale:
+            short = option / scale
+            if float(f"{short:.3g}") == short:
+                return f"{short:g}{suffix}"
+            break
+    return str(option) if len(str(option)) <= 8 else f"{option:.3g}"
+
+
 def _slider(description: str, options, value, css: str | None = None) -> W.SelectionSlider:
-    slider = W.SelectionSlider(options=list(options), value=value, description=description,
+    options = [(_readout(o), o) for o in options]
+    slider = W.SelectionSlider(options=options, value=value, description=description,
                                continuous_update=False, style={"description_width": "initial"},
                                layout=W.Layout(width="330px"))
     if css:

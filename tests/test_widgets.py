@@ -193,3 +193,20 @@ def test_power_dashboard():
     dash.controls["cooling"].value = "air"
     assert dash.error is None and "gb200-nvl72" in dash.message.value      # it cannot run in air: said, not raised
     assert "gb200-nvl72" not in {v["system"] for v in dash.charts["energy"].chart.to_dict()["data"]["values"]}
+
+
+@pytest.mark.parametrize("build", [widgets.training_dashboard, widgets.memory_dashboard, widgets.pipeline_dashboard,
+                                   widgets.compute_dashboard, widgets.collective_dashboard, widgets.serving_dashboard,
+                                   widgets.planner_dashboard, widgets.power_dashboard])
+def test_every_slider_readout_is_short(build):
+    """A readout longer than about eight characters is cut off beside a 330 px slider (2e12
+    tokens read "2000000000000.0"); large numbers are shortened ("2T", "64k")."""
+    dash = build()
+    sliders = [c for c in dash.controls.values() if hasattr(c, "options") and hasattr(c, "readout")]
+    assert any(isinstance(v, (int, float)) for s in sliders for v in s._options_values)
+    for slider in sliders:
+        numbers = [str(label) for label, value in zip(slider._options_labels, slider._options_values)
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)
+                   and label == widgets._readout(value)]    # not a worded choice ("the cooling's")
+        assert all(len(label) <= 8 for label in numbers), (slider.description, numbers)
+    assert widgets._readout(2e12) == "2T" and widgets._readout(64e3) == "64k" and widgets._readout(16384) == "16384"
