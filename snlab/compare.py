@@ -22,6 +22,17 @@ from .presets import system as load_system
 #: the lab's two reference systems and its ladder of model scales, smallest to largest
 CLUSTER, SUPERNODE = "pcie-ethernet-a100", "cloudmatrix384"
 SCALE_MODELS = ("llama3.2-1b", "llama3-8b", "llama3-70b", "gpt3-175b", "llama3-405b", "megatron-1t")
+#: the systems the lab compares power, energy and cost on, and the serving workload it prices:
+#: a chat request under a 50 ms per-token target
+POWER_SYSTEMS = (CLUSTER, "dgx-h100", SUPERNODE, "gb200-nvl72")
+POWER_WORKLOAD = dict(prompt_len=1000, output_len=500, tpot_target=0.05)
+
+
+def power_tp(model: str, system: str) -> int:
+    """The tensor-parallel degree a power comparison serves ``model`` with on ``system``:
+    one replica per device for a model that fits one, else the node's devices."""
+    s, m = load_system(system), load_model(model)
+    return 1 if 2.2 * m.params < s.device.hbm_capacity else s.devices_per_node
 
 
 def plain(frame: pd.DataFrame) -> pd.DataFrame:

@@ -522,9 +522,7 @@ def planner_dashboard(model: str = "llama3-70b", systems=(CLUSTER, SUPERNODE), t
 
 # --- power, cooling and cost ---------------------------------------------------------------------
 
-POWER_SYSTEMS = (CLUSTER, "dgx-h100", SUPERNODE, "gb200-nvl72")
-#: the serving workload the power dashboard prices: a chat request under a 50 ms per-token target
-POWER_WORKLOAD = dict(prompt_len=1000, output_len=500, tpot_target=0.05)
+POWER_SYSTEMS, POWER_WORKLOAD, power_tp = compare.POWER_SYSTEMS, compare.POWER_WORKLOAD, compare.power_tp
 
 
 @functools.lru_cache(maxsize=128)
@@ -533,11 +531,6 @@ def _best_batch(model: str, system: str, cooling: str | None) -> int:
     from .serving import serve_best
     return serve_best(model, system, tp=power_tp(model, system), cooling=cooling, **POWER_WORKLOAD).deployment["batch"]
 
-
-def power_tp(model: str, system: str) -> int:
-    """One replica per device for a model that fits one, else the node's devices."""
-    s, m = load_system(system), load_model(model)
-    return 1 if 2.2 * m.params < s.device.hbm_capacity else s.devices_per_node
 
 
 def power_frame(results: dict) -> pd.DataFrame:

@@ -28,6 +28,21 @@ def test_the_lessons_conclusions():
     assert lessons.question("zero-stage-that-fits").answer == "ZeRO 1"
     assert lessons.question("quarter-micro-batch").answer.startswith("clearly slower")
     assert lessons.question("deep-pipeline").answer == "optimistic, and further off than for 39.1B"
+    # 03: a small all-reduce pays tens of microseconds on the supernode too (C6's latency half fails)
+    assert lessons.question("small-all-reduce").answer == "tens of microseconds (10 µs or more)"
+    assert lessons.question("four-device-all-reduce").answer == "dgx-b200, by more than 2x"
+    assert lessons.question("torus-axes").answer == "about 3x"
+    # 04: at 1B parameters the bus buys nothing the model can tell apart (C14)
+    assert lessons.question("small-model-mfu").answer.startswith("about the same")
+    assert lessons.question("million-token-decode").answer == "more than 3 times"
+    assert lessons.question("bus-worth-small-model").answer == "almost nothing (under 10%)"
+    assert lessons.question("air-cooled-supernode").answer == "more than 25%"
+    assert lessons.question("least-energy-per-token").answer.startswith("gb200-nvl72")
+    assert lessons.question("cluster-cost-ratio").answer == "more than 3 times"
+    assert lessons.question("queue-ttft").answer == "above 10 requests/s"
+    assert lessons.question("kv-transfer-ratio").answer == "more than 3 times longer"
+    # C13 with a request queue: the pool buys capacity, not speed
+    assert lessons.question("queue-pool-gain").answer == "less than twice"
 
 
 def test_an_edge_inside_the_band_is_about_the_same():
@@ -58,6 +73,23 @@ def test_no_cell_above_a_question_holds_its_answer(name):
             above = "".join("".join(c["source"]) for c in cells[:i])
             assert q.answer not in above, f"{name}: the answer of {key} is written above its question"
             assert source.strip().endswith(f'widgets.quiz("{key}")')
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")))
+def test_every_lesson_asks_through_the_library(name):
+    """No lesson builds a quiz in a cell: every question is :func:`snlab.widgets.quiz` of a
+    key of :data:`snlab.lessons.QUESTIONS`, its answer and explanation computed there."""
+    code = ["".join(c["source"]) for c in _cells(name) if c["cell_type"] == "code"]
+    assert not any("widgets.Quiz(" in c or "Quiz(" in c for c in code), f"{name}: builds a quiz in a cell"
+    assert not any(re.search(r"^\s*guess\s*=", c, flags=re.M) for c in code), f"{name}: a pre-filled guess"
+    keys = [k for c in code for k in re.findall(r'widgets\.quiz\("([\w-]+)"\)', c)]
+    assert keys and set(keys) <= set(lessons.QUESTIONS), name
+
+
+def test_every_question_is_asked_by_one_lesson():
+    keys = [k for p in NOTEBOOKS.glob("[0-9][0-9]-*.ipynb") for c in _cells(p.stem)
+            for k in re.findall(r'widgets\.quiz\("([\w-]+)"\)', "".join(c["source"]))]
+    assert sorted(keys) == sorted(lessons.QUESTIONS)
 
 
 def test_a_quiz_reads_without_a_kernel():
