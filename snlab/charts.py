@@ -576,6 +576,62 @@ def latency_load(frame: pd.DataFrame, percentile: str = "p90", per_device: bool 
     return alt.vconcat(alt.hconcat(*panels), bars, title=title or "Latency against load")
 
 
+DESIGN_COLUMNS = {"scale_up_domain_size", "scale_up_bandwidth", "hbm_capacity", "tokens_per_s_per_device", "gain",
+                  "fits", "base"}
+
+
+def design_chart(table: pd.DataFrame, title: str | None = None) -> alt.Chart:
+    """The designs of :func:`snlab.codesign.designs`: tokens per second per device at each
+    design's best plan against the scale-up bandwidth per direction [GB/s] (log scale), one
+    line per domain size, a panel per HBM capacity; the base system ringed."""
+    if not isinstance(table, pd.DataFrame) or not DESIGN_COLUMNS <= set(table.columns):
+        raise SnlabError("table", "not a design table", "a DataFrame from snlab.codesign.designs")
+    data = table[table["fits"]].assign(bandwidth_gbs=lambda f: f["scale_up_bandwidth"] / GB,
+                                       hbm_gb=lambda f: (f["hbm_capacity"] / GB).round(0),
+                                       domain=lambda f: f["scale_up_domain_size"].astype(int))
+    data["plan"] = [f"tp {r.tp} pp {r.pp} dp {r.dp} cp {r.cp}, {r.recompute} recompute" for r in data.itertuples()]
+    data = data[["domain", "bandwidth_gbs", "hbm_gb", "tokens_per_s_per_device", "gain", "base", "plan"]]
+    x = alt.X("bandwidth_gbs:Q", scale=alt.Scale(type="log", nice=False), title="scale-up bandwidth per direction [GB/s]")
+    y = alt.Y("tokens_per_s_per_device:Q", title="tokens per second per device [1/s]")
+    tooltip = [alt.Tooltip("domain:O", title="devices on one bus"),
+               alt.Tooltip("bandwidth_gbs:Q", title="bandwidth [GB/s]", format=".4~g"),
+               alt.Tooltip("hbm_gb:Q", title="HBM [GB]", format=".4~g"),
+               alt.Tooltip("tokens_per_s_per_device:Q", title="tokens/s per device [1/s]", format=".4~g"),
+               alt.Tooltip("gain:Q", title="over the base system [1]", format=".3f"),
+               alt.Tooltip("plan:N", title="best plan")]
+    lines = alt.Chart().mark_line(point=True).encode(
+        x=x, y=y, color=alt.Color("domain:O", title="devices on one bus", scale=alt.Scale(scheme="viridis")),
+        tooltip=tooltip)
+    ring = alt.Chart().transform_filter("datum.base").mark_point(size=220, shape="circle", filled=False,
+                                                                   color="black").encode(x=x, y=y, tooltip=tooltip)
+    return alt.layer(lines, ring, data=inline_data(data)).properties(width=300, height=240).facet(
+        column=alt.Column("hbm_gb:O", title="HBM per device [GB]", header=alt.Header(labelExpr="datum.value + ' GB'"))
+    ).properties(
+        title=title or "Each design at its best plan (the base system ringed)")
+
+
+def design_gain_chart(scale: pd.DataFrame, title: str | None = None) -> alt.Chart:
+    """Per model, the gain of the best design over the base system and what each design axis
+    buys alone (:func:`snlab.codesign.scale_table`), models by size."""
+    needed = {"model", "params", "gain", "domain_alone", "bandwidth_alone", "hbm_alone"}
+    if not isinstance(scale, pd.DataFrame) or not needed <= set(scale.columns):
+        raise SnlabError("scale", "not a scale table", "a DataFrame from snlab.codesign.scale_table")
+    parts = {"domain_alone": "domain alone", "bandwidth_alone": "bandwidth alone", "hbm_alone": "HBM alone",
+             "gain": "all three (the best design)"}
+    long = scale.melt(id_vars=["model", "params"], value_vars=list(parts), var_name="change", value_name="ratio")
+    long["change"] = long["change"].map(parts)
+    long["added"] = long["ratio"] - 1
+    order = list(scale.sort_values("params")["model"])
+    return alt.Chart(inline_data(long[["model", "change", "ratio", "added"]])).mark_bar().encode(
+        x=alt.X("model:N", sort=order, title="model", axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("change:N", sort=list(parts.values())),
+        y=alt.Y("added:Q", axis=alt.Axis(format="%"), title="tokens per second per device added [%]"),
+        color=alt.Color("change:N", sort=list(parts.values()), title="what changes"),
+        tooltip=[alt.Tooltip("model:N"), alt.Tooltip("change:N"),
+                 alt.Tooltip("ratio:Q", title="over the base system [1]", format=".3f")],
+    ).properties(width=520, height=240, title=title or "What the fabric and the memory buy, by model scale")
+
+
 def enable_offline(offline_mode: bool = True) -> None:
     """Render every chart without a CDN (see :func:`snlab.offline.enable_offline`)."""
     offline.enable_offline(offline_mode)

@@ -553,13 +553,83 @@ def queue_pool_gain() -> Question:
                     gain, low, high, edges)
 
 
+def _plan(row) -> str:
+    recompute = "no" if row["recompute"] == "none" else row["recompute"]
+    return f"tp {row['tp']} pp {row['pp']} dp {row['dp']} with {recompute} recomputation"
+
+
+def _codesign(model: str):
+    from . import codesign
+    table = codesign.designs(model)
+    return table, codesign.alone(table)
+
+
+def codesign_domain_alone() -> Question:
+    """Lesson 12: what a 384-device scale-up domain buys the 1T model at PCIe's bandwidth.
+    The same devices under two fabrics share the model's bias, so only
+    :data:`EDGE_MARGIN` applies."""
+    table, parts = _codesign("megatron-1t")
+    gain = float(parts["scale_up_domain_size"])
+    edges = (1.15, 1.5)
+    options = ("less than 15% (almost nothing)", "15% to 50%", "more than 50%")
+    base = table[table["base"]].iloc[0]
+    wide = table[(table["scale_up_domain_size"] == table["scale_up_domain_size"].max())
+                 & (table["scale_up_bandwidth"] == base["scale_up_bandwidth"])
+                 & (table["hbm_capacity"] == base["hbm_capacity"])].iloc[0]
+    return Question("codesign-domain-alone", "The 1T model on 384 A100s: put all 384 on one scale-up bus, but keep "
+                    f"the bus at PCIe's {base['scale_up_bandwidth'] / 1e9:.1f} GB/s per direction. How much faster "
+                    "does it train than in servers of 8?", options, binned(gain, gain, gain, edges, options),
+                    f"{gain - 1:.0%}: the best plan goes from {_plan(base)} to {_plan(wide)}. Memory, not the "
+                    "network, shapes the plan at 80 GiB a device, and the tensor-parallel all-reduces it sends run at "
+                    "the same PCIe speed in a big domain as in a server: devices on one bus buy little without the "
+                    "bandwidth to go with them.", gain, gain, gain, edges)
+
+
+def codesign_best_gain() -> Question:
+    """Lesson 12: how much the best design of the grid gains over the cluster for the 1T model."""
+    table, parts = _codesign("megatron-1t")
+    gain = float(parts["all three"])
+    best = table.loc[table["gain"].idxmax()]
+    product = float(parts["scale_up_domain_size"] * parts["scale_up_bandwidth"] * parts["hbm_capacity"])
+    together = (f"Together they do more than the product of each alone ({product:.2f}): memory frees the plan "
+                "from recomputation and deep pipelines, and the bus carries what the larger tensor groups send."
+                if gain > product else f"Together they do less than the product of each alone ({product:.2f}).")
+    edges = (1.25, 2.0)
+    options = ("less than 25%", "25% to 2x", "more than 2x")
+    return Question("codesign-best-gain", "The same job: now each of the three may change at once (up to 384 devices "
+                    "on a bus, up to 400 GB/s per direction, twice the HBM). How much faster than the cluster is "
+                    "the best design?", options, binned(gain, gain, gain, edges, options),
+                    f"{gain:.2f} times, with {int(best['scale_up_domain_size'])} devices on a "
+                    f"{best['scale_up_bandwidth'] / 1e9:.0f} GB/s bus and {best['hbm_capacity'] / 1e9:.0f} GB of HBM "
+                    f"(each alone: domain {parts['scale_up_domain_size']:.2f}, bandwidth "
+                    f"{parts['scale_up_bandwidth']:.2f}, HBM {parts['hbm_capacity']:.2f}; best plan "
+                    f"{_plan(best)}). {together}", gain, gain, gain, edges)
+
+
+def codesign_small_model() -> Question:
+    """Lesson 12: whether the best design is worth a premium of a fifth for Llama 3 8B."""
+    table, parts = _codesign("llama3-8b")
+    gain = float(parts["all three"])
+    edges = (1.2,)
+    options = ("less than 20%: the cluster stays the better buy at any larger premium",
+               "20% or more")
+    return Question("codesign-small-model", "Llama 3 8B on the same 384 A100s: how much faster is the best design "
+                    "of the grid than the cluster?", options, binned(gain, gain, gain, edges, options),
+                    f"{gain - 1:.0%}: the most any fabric of the grid is worth per device for this model. Its best "
+                    f"plan is {_plan(table[table['base']].iloc[0])} on the cluster: one gradient all-reduce a step, "
+                    "mostly behind compute. A supernode whose devices cost more than that over the cluster's is the "
+                    "worse buy (claim C14).", gain, gain, gain, edges)
+
+
 QUESTIONS = {"supernode-mfu": supernode_mfu, "throttled-step": throttled_step, "zero-stage-that-fits": zero_stage_that_fits,
              "small-all-reduce": small_all_reduce, "four-device-all-reduce": four_device_all_reduce,
              "torus-axes": torus_axes, "small-model-mfu": small_model_mfu, "quarter-micro-batch": quarter_micro_batch,
              "million-token-decode": million_token_decode, "bus-worth-small-model": bus_worth_small_model,
              "deep-pipeline": deep_pipeline, "air-cooled-supernode": air_cooled_supernode,
              "least-energy-per-token": least_energy_per_token, "cluster-cost-ratio": cluster_cost_ratio,
-             "queue-ttft": queue_ttft, "kv-transfer-ratio": kv_transfer_ratio, "queue-pool-gain": queue_pool_gain}
+             "queue-ttft": queue_ttft, "kv-transfer-ratio": kv_transfer_ratio, "queue-pool-gain": queue_pool_gain,
+             "codesign-domain-alone": codesign_domain_alone, "codesign-best-gain": codesign_best_gain,
+             "codesign-small-model": codesign_small_model}
 
 
 @lru_cache(maxsize=64)

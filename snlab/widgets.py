@@ -520,6 +520,38 @@ def planner_dashboard(model: str = "llama3-70b", systems=(CLUSTER, SUPERNODE), t
     return Dashboard(controls, render, "Planner: how long, on what")
 
 
+# --- co-design -------------------------------------------------------------------------------------
+
+def codesign_dashboard(model: str = "megatron-1t", global_batch: int = 768) -> Dashboard:
+    """The fabric one would build for a model on 384 of the cluster's A100s: every design of
+    :func:`snlab.codesign.designs` at its best plan, the base cluster ringed; the summary
+    names the best design, its gain and what each axis buys alone."""
+    from . import codesign
+    controls = {
+        "model": _dropdown("model", _model_options(SCALE_MODELS), load_model(model).name),
+        "global_batch": _slider("global batch [sequences]", [384, 768, 1536, 3072], global_batch),
+    }
+
+    def render(v: dict) -> View:
+        table = codesign.designs(v["model"], global_batch=int(v["global_batch"]))
+        parts = codesign.alone(table)
+        best = table.loc[table["gain"].idxmax()]
+        chart = charts.design_chart(table, title=f"{v['model']} on 384 A100s: each design at its best plan")
+        rows = [{"design": "best of the grid",
+                 "devices on one bus": f"{int(best['scale_up_domain_size'])}",
+                 "bandwidth": f"{best['scale_up_bandwidth'] / 1e9:.0f} GB/s",
+                 "HBM": f"{best['hbm_capacity'] / 1e9:.0f} GB",
+                 "over the cluster": f"{best['gain']:.2f}x"},
+                {"design": "each alone", "devices on one bus": f"{parts['scale_up_domain_size']:.2f}x",
+                 "bandwidth": f"{parts['scale_up_bandwidth']:.2f}x", "HBM": f"{parts['hbm_capacity']:.2f}x",
+                 "over the cluster": ""}]
+        missing = int((~table["fits"]).sum())
+        note = f"No plan fits on {missing} of {len(table)} designs." if missing else ""
+        return View({"designs": chart}, _table(rows), note)
+
+    return Dashboard(controls, render, "Co-design: the fabric to build")
+
+
 # --- power, cooling and cost ---------------------------------------------------------------------
 
 POWER_SYSTEMS, POWER_WORKLOAD, power_tp = compare.POWER_SYSTEMS, compare.POWER_WORKLOAD, compare.power_tp

@@ -18,7 +18,7 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 LESSONS = ["00-start-here", "01-compute-wall", "02-memory-wall", "03-communication-wall",
            "04-cluster-vs-supernode", "05-pipelines-and-micro-batches", "06-long-context-serving",
-           "07-planner", "10-power-and-cost", "11-serving-at-scale"]
+           "07-planner", "10-power-and-cost", "11-serving-at-scale", "12-co-design"]
 
 
 def _refresh_module():

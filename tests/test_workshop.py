@@ -209,7 +209,7 @@ def test_10_the_least_energy_per_token_and_the_cost_ratio():
     assert f"between {q.low:.1f} and {q.high:.1f} times" in section("10")
 
 
-@pytest.mark.parametrize("number", ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"])
+@pytest.mark.parametrize("number", ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12"])
 def test_every_lesson_has_an_answer(number):
     assert answer_in(number)
 
@@ -232,3 +232,23 @@ def test_11_the_queue_the_kv_transfer_and_c13_with_a_queue():
     assert c13 == pytest.approx(q.value, rel=1e-9)
     assert f"({c13:.2f} times; with the decode error band on both, between {q.low:.2f} and {q.high:.2f})" \
         in section("11")
+
+
+def test_12_the_fabric_one_would_build():
+    from snlab import codesign
+    q = _asks("12", "codesign-domain-alone")
+    assert f"(almost nothing)** ({q.value - 1:.0%})" in section("12")
+    q = _asks("12", "codesign-best-gain")
+    parts = codesign.alone(codesign.designs("megatron-1t"))
+    assert (f"({q.value:.2f} times; each alone: domain {parts['scale_up_domain_size']:.2f}, bandwidth "
+            f"{parts['scale_up_bandwidth']:.2f}, HBM {parts['hbm_capacity']:.2f})") in section("12")
+    q = _asks("12", "codesign-small-model")
+    assert f"larger premium** ({q.value - 1:.0%})" in section("12")
+    gain = codesign.scale_table(["llama3-70b", "megatron-1t"]).set_index("model")["gain"]
+    assert f"({gain['llama3-70b'] - 1:.0%} at 70B, {gain['megatron-1t'] - 1:.0%} at 1T)" in section("12")
+    seventy = codesign.alone(codesign.designs("llama3-70b"))
+    alone = seventy.drop("all three")
+    assert alone.idxmax() == "scale_up_bandwidth" and seventy["all three"] > alone.prod()
+    assert (f"bandwidth alone ({alone['scale_up_bandwidth']:.2f} against {alone['scale_up_domain_size']:.2f} for "
+            f"the domain and {alone['hbm_capacity']:.2f} for HBM); the best design's {seventy['all three']:.2f} is "
+            f"more than their product, {alone.prod():.2f}") in section("12")
