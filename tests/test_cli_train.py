@@ -165,7 +165,7 @@ def test_unknown_system_is_one_line_listing_the_systems():
 
 
 def test_impossible_search_is_one_line():
-    proc = run("search", "--model", "megatron-1t", "--system", "dgx-a100", "--devices", "7", "--global-batch",
+    proc = run("search", "--model", "megatron-1t", "--system", "dgx-a100", "--devices", "131", "--global-batch",
                "3072", check=False)
     assert_one_line_error(proc, "devices")
 

@@ -727,7 +727,7 @@ def test_search_honours_the_overlap_it_is_given():
 
 
 @pytest.mark.parametrize("kw, field", [
-    (dict(devices=7), "devices"),                 # 7 devices: no degree split divides 3,072 sequences
+    (dict(devices=131), "devices"),               # a prime above 128 layers: no split divides 3,072 sequences
     (dict(devices=0), "devices"),
     (dict(devices=2.5), "devices"),
     (dict(devices=64, global_batch=0), "global_batch"),

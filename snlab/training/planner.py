@@ -487,7 +487,9 @@ def search_space(model: Model, devices: int, global_batch: int, **fixed):
     divs = divisors(devices)
     tps = fixed.pop("tp", [x for x in divs if x <= 64 and model.heads % x == 0
                            and (model.kv_heads % x == 0 or x % model.kv_heads == 0)])
-    pps = fixed.pop("pp", [x for x in divisors(model.layers) if devices % x == 0])
+    # uneven stages are planned (the first and last stage may hold fewer layers), so any
+    # degree up to the number of layers is a candidate, as Llama 3 405B ran 126 layers on 16
+    pps = fixed.pop("pp", [x for x in divs if x <= model.layers])
     cps = fixed.pop("cp", [x for x in (1, 2, 4, 8) if model.seq_len % x == 0])
     experts = model.moe.experts if model.moe else 1
     def degree(name, x) -> int:
