@@ -780,3 +780,16 @@ def test_recomputation_by_module_names():
         snlab.train("llama3-8b", "dgx-h100", dp=8, global_batch=8, fp8_activations="half")
     with pytest.raises(snlab.SnlabError, match="expert_tp"):
         snlab.train("qwen3-30b-a3b", "dgx-h100", tp=2, dp=4, ep=8, expert_tp=3, global_batch=8)
+
+
+@pytest.mark.parametrize("model, devices, global_batch, pp", [("deepseek-v3", 2048, 15360, 16),
+                                                                ("llama3-405b", 16384, 2048, 16)])
+def test_search_considers_the_uneven_pipelines_published_plans_ran(model, devices, global_batch, pp):
+    """DeepSeek-V3 ran its 61 layers on 16 stages, Llama 3 405B its 126: degrees that do not
+    divide the layers are candidates of search."""
+    from snlab.presets import model as load_model
+    from snlab.training.planner import search_space
+    m = load_model(model)
+    assert m.layers % pp
+    base, _, _ = search_space(m, devices, global_batch)
+    assert pp in set(base[:, 1].astype(int))
