@@ -42,8 +42,21 @@ def _number(x) -> str:
     return f"{x:.3g}"
 
 
+#: system fields whose names carry no unit: bandwidths [B/s] and capacities [bytes]
+BANDWIDTHS = {"scale_up_bandwidth", "scale_out_bandwidth", "host_bandwidth", "hbm_bandwidth"}
+CAPACITIES = {"hbm_capacity", "host_capacity"}
+
+
+def _bandwidth(x) -> str:
+    return "-" if _missing(x) else f"{float(x) / 1e9:,.4g} GB/s"
+
+
 def formatter(column: str):
     """The function that shows one value of ``column`` by its name's unit."""
+    if column in BANDWIDTHS:
+        return _bandwidth
+    if column in CAPACITIES:
+        return lambda x: "-" if _missing(x) else fmt_bytes(float(x))
     if column in SIGNED:
         return lambda x: "-" if _missing(x) else f"{float(x):+.1%}"
     if column in PERCENT:
@@ -74,7 +87,8 @@ def header(column: str) -> str:
         if name.endswith(suffix):
             name = name[: -len(suffix)] + words
             break
-    return {"mfu": "MFU", "hfu": "HFU", "tp": "tp", "pp": "pp", "dp": "dp", "ep": "ep", "cp": "cp"}.get(
+    return {"mfu": "MFU", "hfu": "HFU", "tp": "tp", "pp": "pp", "dp": "dp", "ep": "ep", "cp": "cp",
+            "scale_up_domain_size": "devices on one bus", "gain": "over the base system"}.get(
         name, name.replace("_", " "))
 
 
