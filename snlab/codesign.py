@@ -21,8 +21,10 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from . import grid, schema
 from .compare import CLUSTER, SCALE_MODELS
 from .errors import SnlabError
+from .hardware import field_dimension
 from .exploration import explore
 from .exploration.api import MAX_TOP
 from .presets import model as load_model
@@ -54,7 +56,7 @@ def design_axes(base=CLUSTER, domains=DOMAINS, bandwidths=BANDWIDTHS_B_PER_S, hb
     s = load_system(base)
     return {"scale_up_domain_size": sorted({s.scale_up.domain_size, *domains}),
             "scale_up_bandwidth": sorted({s.scale_up.bandwidth, *bandwidths}),
-            "hbm_capacity": sorted({s.device.hbm_capacity * k for k in hbm_scales})}
+            "hbm_capacity": sorted({s.device.hbm_capacity * k for k in {1, *hbm_scales}})}
 
 
 @lru_cache(maxsize=32)
@@ -89,6 +91,36 @@ def _designs(model: str, base: str, devices: int, global_batch: int, axes: tuple
     return table
 
 
+def _values(name: str, values) -> list:
+    if isinstance(values, (str, bytes)) or np.ndim(values) == 0:
+        return [values]
+    return list(values)
+
+
+def checked_axes(axes: dict) -> dict:
+    """The design axes given to :func:`designs`, each value checked: ``domains`` whole
+    numbers of devices, ``bandwidths`` in B/s or as strings such as ``"400 GB/s"``,
+    ``hbm_scales`` multiples of the base device's HBM."""
+    unknown = set(axes) - {"domains", "bandwidths", "hbm_scales"}
+    if unknown:
+        raise SnlabError(sorted(unknown)[0], "not a design axis", "domains, bandwidths, hbm_scales")
+    out = {}
+    if "domains" in axes:
+        out["domains"] = [grid.whole_number("domains", d, 1, 1e9, "devices on one bus, whole numbers from 1 to "
+                                            "1,000,000,000") for d in _values("domains", axes["domains"])]
+    if "bandwidths" in axes:
+        dimension = field_dimension("scale_up_bandwidth")
+        out["bandwidths"] = [float(b) for b in grid.numbers("bandwidths", _values("bandwidths", axes["bandwidths"]),
+                                                            schema.describe(dimension), dimension)]
+    if "hbm_scales" in axes:
+        allowed = "multiples of the base device's HBM, from 0.01 to 100"
+        scales = grid.numbers("hbm_scales", _values("hbm_scales", axes["hbm_scales"]), allowed)
+        if not len(scales) or np.any((scales < 0.01) | (scales > 100)):
+            raise SnlabError("hbm_scales", f"got {[float(k) for k in scales]}", allowed)
+        out["hbm_scales"] = [float(k) for k in scales]
+    return out
+
+
 def designs(model: str, base=CLUSTER, devices: int = 384, global_batch: int = 768, **axes) -> pd.DataFrame:
     """Every design around ``base`` (:func:`design_axes`, or ``domains``, ``bandwidths`` and
     ``hbm_scales`` given) with the fastest plan for ``model`` on ``devices`` devices.
@@ -98,11 +130,11 @@ def designs(model: str, base=CLUSTER, devices: int = 384, global_batch: int = 76
     design on which no plan fits has no rate (``fits`` False)."""
     name = load_model(model).name
     base_name = load_system(base).name
-    unknown = set(axes) - {"domains", "bandwidths", "hbm_scales"}
-    if unknown:
-        raise SnlabError(sorted(unknown)[0], "not a design axis", "domains, bandwidths, hbm_scales")
-    grid = design_axes(base_name, **axes)
-    table = _designs(name, base_name, int(devices), int(global_batch), tuple((k, tuple(v)) for k, v in grid.items()))
+    devices = grid.whole_number("devices", devices, 1, 100_000_000)
+    global_batch = grid.whole_number("global_batch", global_batch, 1, 1e9, "sequences, a whole number from 1 to "
+                                                                           "1,000,000,000")
+    values = design_axes(base_name, **checked_axes(axes))
+    table = _designs(name, base_name, devices, global_batch, tuple((k, tuple(v)) for k, v in values.items()))
     return table.copy()
 
 
@@ -152,5 +184,5 @@ def scale_table(models=SCALE_MODELS, base=CLUSTER, devices: int = 384, global_ba
     return pd.DataFrame(rows)
 
 
-__all__ = ["designs", "design_axes", "front", "alone", "scale_table", "divisors", "DOMAINS", "BANDWIDTHS_B_PER_S",
+__all__ = ["designs", "design_axes", "checked_axes", "front", "alone", "scale_table", "divisors", "DOMAINS", "BANDWIDTHS_B_PER_S",
            "HBM_SCALES", "PLAN_AXES"]

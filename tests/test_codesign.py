@@ -124,3 +124,19 @@ def test_the_dashboard_redraws_for_another_model():
     dash.controls["model"].value = "llama3-8b"
     assert dash.error is None and dash.charts["designs"].spec != before
     assert "llama3-8b" in str(dash.charts["designs"].spec["title"] if "title" in dash.charts["designs"].spec else "")
+
+
+@pytest.mark.parametrize("kw, field", [(dict(devices=2.5), "devices"), (dict(devices=float("nan")), "devices"),
+                                       (dict(devices="x"), "devices"), (dict(global_batch=float("inf")), "global_batch"),
+                                       (dict(domains=["a"]), "domains"), (dict(domains=[0]), "domains"),
+                                       (dict(bandwidths=["fast"]), "bandwidths"), (dict(bandwidths=["400 GB"]), "bandwidths"),
+                                       (dict(hbm_scales=[0]), "hbm_scales"), (dict(hbm_scales=[]), "hbm_scales")])
+def test_a_bad_axis_or_size_is_named(kw, field):
+    with pytest.raises(SnlabError, match=rf"^{field}:"):
+        codesign.designs("llama3-8b", **kw)
+
+
+def test_design_axes_read_units_and_always_hold_the_base():
+    table = codesign.designs("llama3-8b", bandwidths="400 GB/s", hbm_scales=1.5, domains=16)
+    assert sorted(table["scale_up_bandwidth"].unique()) == [31.5e9, 400e9]
+    assert table["base"].sum() == 1 and len(table) == 2 * 2 * 2
