@@ -600,7 +600,8 @@ def design_chart(table: pd.DataFrame, title: str | None = None) -> alt.Chart:
                alt.Tooltip("gain:Q", title="over the base system [1]", format=".3f"),
                alt.Tooltip("plan:N", title="best plan")]
     lines = alt.Chart().mark_line(point=True).encode(
-        x=x, y=y, color=alt.Color("domain:O", title="devices on one bus", scale=alt.Scale(scheme="viridis")),
+        x=x, y=y, color=alt.Color("domain:O", title="devices on one bus", scale=alt.Scale(scheme="viridis"),
+                                  legend=alt.Legend(titleLimit=0, labelLimit=0)),
         tooltip=tooltip)
     ring = alt.Chart().transform_filter("datum.base").mark_point(size=220, shape="circle", filled=False,
                                                                    color="black").encode(x=x, y=y, tooltip=tooltip)
@@ -626,7 +627,8 @@ def design_gain_chart(scale: pd.DataFrame, title: str | None = None) -> alt.Char
         x=alt.X("model:N", sort=order, title="model", axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("change:N", sort=list(parts.values())),
         y=alt.Y("added:Q", axis=alt.Axis(format="%"), title="tokens per second per device added [%]"),
-        color=alt.Color("change:N", sort=list(parts.values()), title="what changes"),
+        color=alt.Color("change:N", sort=list(parts.values()), title="what changes",
+                        legend=alt.Legend(titleLimit=0, labelLimit=0)),
         tooltip=[alt.Tooltip("model:N"), alt.Tooltip("change:N"),
                  alt.Tooltip("ratio:Q", title="over the base system [1]", format=".3f")],
     ).properties(width=520, height=240, title=title or "What the fabric and the memory buy, by model scale")
