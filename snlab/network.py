@@ -117,8 +117,7 @@ def divisors(n: int) -> tuple[float, ...]:
     """The divisors of the whole number ``n`` in increasing order, as floats (kept once found)."""
     found = _DIVISORS.get(n)
     if found is None:
-        import sympy
-        found = _DIVISORS[n] = tuple(float(d) for d in sympy.divisors(n))
+        found = _DIVISORS[n] = tuple(float(d) for d in topo.divisors(n))
     return found
 
 
@@ -141,7 +140,7 @@ def placements(n, stride, hw: Hardware):
         return
     yield True, 1.0, n
     cap = per_domain(stride, hw)
-    sizes = np.unique(np.asarray(n, dtype=float))
+    sizes = np.unique(np.asarray(n, dtype=float)) if np.ndim(n) else np.asarray([n], dtype=float)
     sizes = sizes[np.isfinite(sizes) & (sizes == np.round(sizes)) & (np.abs(sizes) <= MAX_GROUP)]
     found = {d for v in sizes for d in divisors(int(v))[1:]}
     if found:                                   # (an empty grid has no sizes)
