@@ -53,6 +53,18 @@ COMPILER_SOURCES = ("formula.py", "formula_cache.py", "symbols.py")
 _HERE = Path(__file__).parent
 _usable: dict[str, bool] = {}
 _base: list[str] = []
+_generation = [object()]
+
+
+def generation() -> object:
+    """A token that changes whenever a formula module is loaded again (:func:`loaded`):
+    values memoised from formulas are kept only while it is the same."""
+    return _generation[0]
+
+
+def loaded() -> None:
+    """Say that a formula module was (re)loaded: :func:`generation` changes."""
+    _generation[0] = object()
 
 
 def directory() -> Path | None:

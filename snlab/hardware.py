@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .formula_cache import generation
 from .walls import memory as mw
 
 if TYPE_CHECKING:
@@ -323,3 +324,30 @@ def field_dimension(name: str) -> str:
     table, section, field = PRESET_FIELDS[name]
     spec = (schema.SYSTEM if table == "system" else schema.DEVICE)[section]
     return next(d for f, d, _ in spec if f == field)
+
+
+#: how many hardware objects keep memoised values at once (the systems of the latest calls),
+#: and how many values each keeps before it starts again
+MEMO_SIZE, MEMO_ENTRIES = 32, 4096
+_MEMOS: dict[int, tuple] = {}
+
+
+def memo(hw: Hardware) -> dict | None:
+    """A dictionary for values computed from ``hw`` and scalar arguments alone (where
+    the groups of a plan sit on the levels, and their inputs), kept for the
+    :data:`MEMO_SIZE` hardware objects last asked about, at most :data:`MEMO_ENTRIES`
+    values each; None when ``hw`` holds arrays (a sweep's hardware axes), whose values
+    are not kept. Keyed by identity: each entry holds its hardware, so no other object
+    can take its id (a frozen Hardware of numpy scalars cannot change). Values computed
+    from formulas are dropped when a wall module loads again
+    (:func:`snlab.formula_cache.generation`)."""
+    held = _MEMOS.get(id(hw))
+    if held is None or held[0] is not hw or held[1] is not generation():
+        if len(_MEMOS) >= MEMO_SIZE:
+            _MEMOS.clear()
+        scalar = all(np.ndim(getattr(hw, f.name)) == 0 for f in dataclasses.fields(hw) if f.name != "topology")
+        held = _MEMOS[id(hw)] = (hw, generation(), {} if scalar else None)
+    kept = held[2]
+    if kept is not None and len(kept) >= MEMO_ENTRIES:
+        kept.clear()
+    return kept

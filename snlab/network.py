@@ -29,10 +29,12 @@ import numpy as np
 from .grid import where
 
 from . import topology as topo
-from .hardware import ACTIVATION_BYTES, Hardware
+from .hardware import ACTIVATION_BYTES, Hardware, memo
 from .walls import communication as cm
 from .walls import serving as sv
 
+#: the scalar types whose groups' placements and levels are kept per hardware
+SCALARS = frozenset((float, int, np.float64, np.int64))
 #: expert-parallel kernels -> the level field of their achieved bandwidth fraction: the
 #: low-latency dispatch and combine of decode, the high-throughput ("bulk") ones of
 #: prefill and training
@@ -122,6 +124,18 @@ def divisors(n: int) -> tuple[float, ...]:
 
 
 def placements(n, stride, hw: Hardware):
+    """:func:`group_placements`, kept per hardware for a scalar group (:func:`snlab.hardware.memo`)."""
+    kept = memo(hw) if type(n) in SCALARS and type(stride) in SCALARS else None
+    if kept is None:
+        return group_placements(n, stride, hw)
+    key = (group_placements, type(n), n, type(stride), stride)
+    found = kept.get(key)
+    if found is None:
+        found = kept[key] = tuple(group_placements(n, stride, hw))
+    return found
+
+
+def group_placements(n, stride, hw: Hardware):
     """Every way a group of n members ``stride`` ranks apart may sit on the levels, as
     (fits, n1, n2) triples in increasing n1: n1 members in each of n2 = n / n1 domains,
     for every n1 that divides n; ``fits`` says, row by row, whether a domain holds n1
@@ -173,6 +187,19 @@ def inner_step_latency(n1, hw: Hardware, stride=1.0):
 
 
 def levels(n1, n2, hw: Hardware, stride=1.0) -> dict:
+    """:func:`group_levels`, kept per hardware for a scalar group (:func:`snlab.hardware.memo`);
+    a copy, which the caller may change."""
+    kept = memo(hw) if type(n1) in SCALARS and type(n2) in SCALARS and type(stride) in SCALARS else None
+    if kept is None:
+        return group_levels(n1, n2, hw, stride)
+    key = (group_levels, type(n1), n1, type(n2), n2, type(stride), stride)
+    found = kept.get(key)
+    if found is None:
+        found = kept[key] = group_levels(n1, n2, hw, stride)
+    return dict(found)
+
+
+def group_levels(n1, n2, hw: Hardware, stride=1.0) -> dict:
     """The two-level collective formulas' inputs for a group of n1 x n2 devices
     ``stride`` ranks apart: each ring step pays its own level's latency
     (:func:`inner_step_latency` inside a domain); a call spanning domains pays the larger

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..formula import Formula
-from ..formula_cache import directory, key, load, store
+from ..formula_cache import directory, key, load, loaded, store
 
 class FormulaModuleLoader:
     """Runs a module of formulas, or fills it from its cached record.
@@ -51,6 +51,7 @@ class FormulaModuleLoader:
         return key("module", name, *(path.read_bytes() for path in self.siblings))
 
     def exec_module(self, module: types.ModuleType) -> None:
+        loaded()
         try:
             entry = self.module_key(module.__name__)
         except OSError:                         # a source that cannot be read: run the module
