@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .energy_prices import Prices, example_prices, prices  # noqa: F401 (re-exported)
-from .grid import where
+from .grid import spread, where
 from .power_cooling import KINDS, NO_CAP, CoolingState, cooled, cooling_state  # noqa: F401 (re-exported)
 from .walls import power as pw
 
@@ -28,6 +28,9 @@ ROUNDING = 1e-9
 # --- activity --------------------------------------------------------------------------
 
 def _fraction(x):
+    """``x`` clipped to [0, 1] (a scalar inside it as it is)."""
+    if type(x) is np.float64 and 0.0 < x < 1.0:
+        return x
     return np.clip(x, 0.0, 1.0)
 
 
@@ -125,7 +128,7 @@ def power_columns(devices, device_w, tokens_per_s, hw, activity: tuple, prices: 
            "it_energy_per_token_j": pw.energy_per_token(power=it, throughput=tokens_per_s),
            "energy_per_token_j": pw.energy_per_token(power=facility, throughput=tokens_per_s),
            "tokens_per_joule": tokens_per_s / facility, "racks": racks(everyone, hw),
-           "pue": np.broadcast_to(np.float64(ratio), np.shape(facility))}
+           "pue": spread(np.float64(ratio), np.shape(facility))}
     if prices is not None:
         rate = pw.cost_rate(devices=everyone, facility_power=facility, **prices.inputs())
         per_token = pw.cost_per_token(cost_rate=rate, throughput=tokens_per_s)

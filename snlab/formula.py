@@ -220,7 +220,7 @@ class Formula:
                 pass
             else:
                 if out == out and type(out) is not bool:       # not NaN, not a comparison
-                    return np.float64(out)
+                    return out if type(out) is np.float64 else np.float64(out)
         out = self.func(*[_float64(a) for a in args])
         if isinstance(out, float):
             return out

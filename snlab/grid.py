@@ -172,6 +172,7 @@ def flatten(arrays: Mapping, shape: tuple) -> dict:
 _BOOLS = frozenset((bool, np.bool_))
 _NUMPY_SCALARS = frozenset((np.float64, np.int64, np.bool_))
 _PYTHON_SCALARS = {float: np.float64, int: np.int64, bool: np.bool_}
+_SCALAR_NUMBERS = frozenset((float, int, np.float64, np.int64))
 
 
 def where(cond, a, b):
@@ -185,10 +186,18 @@ def where(cond, a, b):
     return np.where(cond, a, b)[()]
 
 
+def spread(value, shape: tuple):
+    """``numpy.broadcast_to(value, shape)``, except that a float64 scalar stays one for a
+    single configuration's shape ``()`` (the same number, without a read-only 0-d array)."""
+    if shape == () and type(value) is np.float64:
+        return value
+    return np.broadcast_to(value, shape)
+
+
 def rounded(x):
     """``x`` rounded to the nearest integer as int64: a numpy scalar for a scalar, an
     array for an array (exact integer arithmetic for the plan rules and stage splits)."""
-    if np.ndim(x) == 0:
+    if type(x) in _SCALAR_NUMBERS or np.ndim(x) == 0:
         return np.int64(round(float(x)))
     return np.round(x).astype(np.int64)
 
@@ -300,3 +309,45 @@ def unknown_fields(axes: Mapping, known: Sequence[str], what: str, extra: Callab
     for key in axes:
         if key not in known and not extra(key):
             raise SnlabError(key, f"not a {what} field", ", ".join(known))
+
+
+#: the values a :class:`FieldMemo` keeps entries for: immutable, hashable scalars
+MEMO_SCALARS = frozenset((int, float, str, bool, type(None), np.float64, np.int64, np.bool_))
+
+
+def memo_key(name: str, value, *extra):
+    """The key of a one-value axis in a :class:`FieldMemo`: the field, the value's type
+    and the value (1 and 1.0 and True apart), then ``extra``; None for a value that
+    gets no entry (anything but :data:`MEMO_SCALARS`, and a negative zero, which equals
+    a positive one)."""
+    kind = type(value)
+    if kind not in MEMO_SCALARS or (value == 0 and kind is not str and math.copysign(1.0, value) < 0):
+        return None
+    return (name, kind, value, *extra)
+
+
+class FieldMemo:
+    """What a planner makes of one field's value alone (its column, its label), kept per
+    :func:`memo_key` once a call has checked and converted that value, so that a call
+    whose every field was seen before skips the checks it has already passed. At most
+    ``size`` entries (then it starts again); entries are immutable."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._kept: dict = {}
+
+    def get(self, keys: Sequence | None) -> list | None:
+        """The entries of ``keys``, or None unless every one is kept."""
+        if keys is None:
+            return None
+        kept = self._kept
+        found = [kept.get(k) for k in keys]
+        return None if None in found else found
+
+    def put(self, key, entry) -> None:
+        """Keep ``entry`` (not None) under ``key`` (a :func:`memo_key`; None keeps nothing)."""
+        if key is None:
+            return
+        if len(self._kept) >= self.size:
+            self._kept.clear()
+        self._kept[key] = entry

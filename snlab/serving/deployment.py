@@ -186,7 +186,7 @@ def violations(model, system, dep: Deployment) -> np.ndarray:
         (dep.hbm_utilization <= 0) | (dep.hbm_utilization > 1),
         (dep.pool_share < 0) | (dep.pool_share > 1),
         (dep.ep_overlap < 0) | (dep.ep_overlap > 1),
-        (t * p * d > system.max_devices) if system.max_devices else np.zeros(np.shape(t), dtype=bool),
+        (t * p * d > system.max_devices) if system.max_devices else np.zeros(np.shape(t), dtype=bool)[()],
         (dep.expert_imbalance < 1) | (dep.expert_imbalance > 64),
         (dep.scenario == 1) & ~(whole(dep.requests) & (dep.requests <= MAX_REQUESTS)),
         (dep.kv_fraction <= 0) | (dep.kv_fraction > 1),

@@ -57,7 +57,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import network as net
-from ..grid import where
+from ..grid import spread, where
 from ..hardware import ACTIVATION_BYTES, Hardware
 from ..sizing import ModelSizes, forward_flops_per_token, kv_cache_bytes_per_token, model_sizes
 from ..walls import communication as cm
@@ -553,13 +553,13 @@ def offline_columns(dep: Deployment, place: Placement, run, fits) -> dict:
     batch in flight of every row)."""
     if run is None:
         zero = np.zeros(np.shape(fits))
-        return {**dict.fromkeys(OFFLINE_COLUMNS, zero), "batch_in_flight": np.broadcast_to(dep.batch, np.shape(fits)),
+        return {**dict.fromkeys(OFFLINE_COLUMNS, zero), "batch_in_flight": spread(dep.batch, np.shape(fits)),
                 "fits": fits}
     offline_rows = dep.scenario == 1
     values = (run.tokens_per_s, run.tokens_per_s / dep.devices, run.ttft, run.tpot, run.batch, run.kv_sequences,
               run.waves, run.step_tokens, run.chunks, run.makespan)
     return {**{n: where(offline_rows, v, 0.0) for n, v in zip(OFFLINE_COLUMNS, values)},
-            "batch_in_flight": np.broadcast_to(dep.batch, np.shape(fits)),
+            "batch_in_flight": spread(dep.batch, np.shape(fits)),
             "fits": where(offline_rows, place.weights_fit & run.fits, fits)}
 
 
@@ -591,7 +591,7 @@ def columns(dep, hw, w, place, dec, pre, cont, static, fit, wall) -> dict[str, n
         "time_dense_s": rounds * parts.dense + kd * parts.head, "time_draft_head_s": kd * parts.head,
         "time_experts_s": rounds * parts.expert, "time_attention_s": rounds * parts.attention,
         "time_fixed_s": rounds * parts.fixed, "time_elementwise_s": rounds * parts.elementwise,
-        "time_sampling_s": np.broadcast_to(dec.sampling, np.shape(step)),
+        "time_sampling_s": spread(dec.sampling, np.shape(step)),
         "time_tp_s": rounds * parts.tp, "time_ep_s": rounds * parts.ep,
         "exposed_ep_s": rounds * dec.stage.ep_exposed, "time_pp_s": rounds * dec.hop,
         "prefill_time_tp_s": dep.pp * pre.stage.parts.tp, "prefill_time_ep_s": dep.pp * pre.stage.parts.ep,

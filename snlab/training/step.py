@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import network as net
-from ..grid import at_largest, rounded, where
+from ..grid import at_largest, rounded, spread, where
 from ..hardware import ACTIVATION_BYTES, Hardware
 from ..sizing import ModelSizes, activation_widths
 from ..walls import communication as cm
@@ -268,7 +268,7 @@ def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
     (DeepSeek-V3 report Sec. 3.2.2 and 3.3.3: dispatch and the gradient before the
     down-projection in FP8, combine in BF16)."""
     if not sizes.experts:
-        return np.zeros_like(lay.tokens)
+        return np.zeros_like(lay.tokens) if np.ndim(lay.tokens) else np.float64(0.0)
     # dispatch + combine, forward, backward, and again when the MoE block is recomputed
     calls = 2 + ((plan.recompute == 2) | (module_bits(plan)["moe"] > 0))
     # each rank dispatches its share of the tokens when sequence parallelism splits them or
@@ -740,8 +740,10 @@ def columns(plan, hw, lay, comp, comm, dp, mem, off, sched, util, wall, params) 
     total = mem.weights + mem.grads + optimizer + activations + mem.buffers
     far = off.optimizer_far + off.activations_far
     # the step's shape and the memory's (a sweep of HBM changes fits, not always the step)
-    shape = np.broadcast_shapes(np.shape(step), np.shape(hw.usable_memory), np.shape(hw.hbm_capacity))
-    usable = np.broadcast_to(hw.usable_memory, shape)
+    usable, capacity = hw.usable_memory, hw.hbm_capacity
+    shape = () if type(step) is type(usable) is type(capacity) is np.float64 else \
+        np.broadcast_shapes(np.shape(step), np.shape(usable), np.shape(capacity))
+    usable, capacity = spread(usable, shape), spread(capacity, shape)
     return {
         "devices": lay.devices, "micro_batches": m,
         "step_time_s": step, "mfu": util.mfu, "hfu": util.hfu,
@@ -761,7 +763,7 @@ def columns(plan, hw, lay, comp, comm, dp, mem, off, sched, util, wall, params) 
         "bubble_fraction": sched.bubble_fraction,
         "memory_weights_bytes": mem.weights, "memory_grads_bytes": mem.grads, "memory_optimizer_bytes": optimizer,
         "memory_activations_bytes": activations, "memory_buffers_bytes": mem.buffers, "memory_total_bytes": total,
-        "memory_capacity_bytes": np.broadcast_to(hw.hbm_capacity, shape), "memory_usable_bytes": usable,
+        "memory_capacity_bytes": capacity, "memory_usable_bytes": usable,
         "memory_headroom_bytes": usable - total,
         "memory_offloaded_bytes": far, "offload_capacity_bytes": off.capacity,
         "fits": (total <= usable) & (far <= off.capacity),
