@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .energy_prices import Prices, example_prices, prices  # noqa: F401 (re-exported)
-from .grid import spread, where
+from .grid import maximum, minimum, spread, where
 from .power_cooling import KINDS, NO_CAP, CoolingState, cooled, cooling_state  # noqa: F401 (re-exported)
 from .walls import power as pw
 
@@ -45,7 +45,7 @@ def training_activity(out: dict, hw, optimizer_on_host) -> tuple:
     rate = hw.gemm_efficiency * hw.sustained_clock * hw.peak_flops
     flop_time = out["hardware_tflops_per_device"] * TERA * step / rate
     optimizer = where(optimizer_on_host, 0.0, out["time_optimizer_s"])
-    memory = np.maximum(out["time_compute_s"] - flop_time, 0.0) + optimizer
+    memory = maximum(out["time_compute_s"] - flop_time, 0.0) + optimizer
     comm = sum(out[f"time_{x}_s"] for x in ("tp", "ep", "cp", "pp", "dp", "zero"))
     return _fraction(flop_time / step), _fraction(memory / step), _fraction(comm / step)
 
@@ -78,7 +78,7 @@ def device_power(hw, activity: tuple):
     """Power of one device [W] at the activity ``(compute, memory, links)``, held to the
     TDP and to what the rack's cooling allows (:data:`snlab.walls.power.device_power`)."""
     uc, um, ul = activity
-    return pw.device_power(tdp=np.minimum(hw.tdp, hw.power_cap), idle_power=hw.idle_power, compute_activity=uc,
+    return pw.device_power(tdp=minimum(hw.tdp, hw.power_cap), idle_power=hw.idle_power, compute_activity=uc,
                            memory_activity=um, link_activity=ul, hbm_energy=hw.hbm_energy,
                            memory_efficiency=hw.memory_efficiency, memory_bandwidth=hw.hbm_bandwidth,
                            link_energy=hw.link_energy, inner_efficiency=hw.scale_up_efficiency,
@@ -187,7 +187,7 @@ def full_load(system, cooling: str | None = None, devices: int | None = None) ->
     s = cooled(load_system(system), cooling)
     hw = hardware(s)
     n = float(devices or s.scale_up.domain_size)
-    device_w = np.minimum(hw.tdp, hw.power_cap)
+    device_w = minimum(hw.tdp, hw.power_cap)
     it = pw.it_power(devices=n, device_power=device_w, overhead_power=overhead(hw))
     facility = pw.facility_power(pue=hw.pue, it_power=it)
     return {"device_power_w": float(device_w), "it_power_w": float(it), "facility_power_w": float(facility),

@@ -186,6 +186,45 @@ def where(cond, a, b):
     return np.where(cond, a, b)[()]
 
 
+#: Python integers a float64 holds exactly
+_EXACT = 2 ** 53
+
+
+def _pair(a, b):
+    """The numpy scalar type of ``a`` when ``b`` combines with it without a change of
+    type (float64 with float64, float or a small int; int64 with int64 or a small int),
+    else None."""
+    ta, tb = type(a), type(b)
+    if ta is np.float64:
+        return ta if tb is ta or tb is float or (tb is int and -_EXACT < b < _EXACT) else None
+    if ta is np.int64:
+        return ta if tb is ta or (tb is int and -_EXACT < b < _EXACT) else None
+    return None
+
+
+def maximum(a, b):
+    """``numpy.maximum(a, b)``; for a numpy scalar and a number of its kind that differ
+    from it (not NaN, not zeros of two signs), the larger without a numpy call."""
+    kind = _pair(a, b)
+    if kind is not None:
+        if a > b:
+            return a
+        if b > a:
+            return kind(b)
+    return np.maximum(a, b)
+
+
+def minimum(a, b):
+    """``numpy.minimum(a, b)``, as :func:`maximum` is ``numpy.maximum``."""
+    kind = _pair(a, b)
+    if kind is not None:
+        if a < b:
+            return a
+        if b < a:
+            return kind(b)
+    return np.minimum(a, b)
+
+
 def spread(value, shape: tuple):
     """``numpy.broadcast_to(value, shape)``, except that a float64 scalar stays one for a
     single configuration's shape ``()`` (the same number, without a read-only 0-d array)."""
@@ -222,9 +261,17 @@ def first_broken(conditions: Sequence) -> np.ndarray:
     return first
 
 
+def nearest(x):
+    """``numpy.round(x)``: the nearest whole number, halves to even, keeping the sign
+    (-0.4 gives -0.0); a finite float64 scalar without a numpy call."""
+    if type(x) is np.float64 and math.isfinite(x):
+        return np.float64(math.copysign(round(float(x)), x))
+    return np.round(x)
+
+
 def whole(x) -> np.ndarray:
     """Whether each value is a whole number >= 1."""
-    return (x == np.round(x)) & (x >= 1)
+    return (x == nearest(x)) & (x >= 1)
 
 
 def check_finite(row: Mapping, inputs: Mapping) -> None:

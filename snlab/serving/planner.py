@@ -223,17 +223,18 @@ def serve(model: PresetLike, system: PresetLike, *, cooling: str | None = None, 
         if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim > 0):
             raise SnlabError(name, "got a list", "one value; use snlab.serve_sweep for grids")
     dep, hw, _ = _grid(m, s, deployment)
-    cols = {f: np.ravel(getattr(dep, f))[:1] for f in dp_.Deployment.__dataclass_fields__}
+    values = {f: getattr(dep, f) for f in dp_.Deployment.__dataclass_fields__}
     broken = int(np.ravel(dp_.violations(m, s, dep))[0])
     if broken >= 0:
         field, message = dp_.RULES[broken]
-        raise SnlabError(field, _detail(field, m, s, cols), message)
+        raise SnlabError(field, _detail(field, m, s, {k: np.ravel(v)[:1] for k, v in values.items()}), message)
     with np.errstate(all="ignore"):
         out = serve_columns(m, dep, hw)
         out.update(_power(m, s, out, dep, hw, prices, pue))
     row = {k: (v.item() if isinstance(v, np.ndarray) else float(v)) for k, v in out.items()}
     grid.check_finite(row, deployment)
-    return ServeResult.from_row(m, s, {k: float(v[0]) for k, v in cols.items()}, row, prices)
+    return ServeResult.from_row(m, s, {k: float(v) if type(v) is np.float64 else float(np.ravel(v)[0])
+                                       for k, v in values.items()}, row, prices)
 
 
 def _detail(field: str, m: Model, s: System, g: dict) -> str:
