@@ -137,6 +137,7 @@ class Formula:
     def _set_args(self, arg_names: tuple[str, ...]) -> None:
         self.arg_names: tuple[str, ...] = arg_names
         self._arg_set = frozenset(arg_names)
+        self._arity = len(arg_names)
         # the inputs in argument order, as a tuple, from a mapping of them
         self._take = (operator.itemgetter(*arg_names) if len(arg_names) > 1
                       else (lambda v, n=arg_names: tuple(v[k] for k in n)))
@@ -210,9 +211,12 @@ class Formula:
         zero, a logarithm of zero, an overflow, a NaN) the numpy one does, with numpy's
         answer.
         """
-        if values.keys() != self._arg_set:
+        try:
+            args = self._take(values)
+        except KeyError:
+            args = None
+        if args is None or len(values) != self._arity:       # a name missing or one too many
             self._check_inputs(values)
-        args = self._take(values)
         if _FLOATS.issuperset(map(type, args)):
             try:
                 out = self.scalar_func(*args)

@@ -173,14 +173,14 @@ _BOOLS = frozenset((bool, np.bool_))
 _NUMPY_SCALARS = frozenset((np.float64, np.int64, np.bool_))
 _PYTHON_SCALARS = {float: np.float64, int: np.int64, bool: np.bool_}
 _SCALAR_NUMBERS = frozenset((float, int, np.float64, np.int64))
+_SCALARS = _NUMPY_SCALARS | frozenset(_PYTHON_SCALARS)
 
 
 def where(cond, a, b):
     """``numpy.where`` that returns a numpy scalar, not a 0-d array, when every input is a
     scalar: a planner's single configuration then stays in numpy scalars, which numpy
     evaluates several times faster than 0-d arrays."""
-    if type(cond) in _BOOLS and (type(a) in _NUMPY_SCALARS or type(a) in _PYTHON_SCALARS) \
-            and (type(b) in _NUMPY_SCALARS or type(b) in _PYTHON_SCALARS):
+    if type(cond) in _BOOLS and type(a) in _SCALARS and type(b) in _SCALARS:
         x = a if cond else b
         return _PYTHON_SCALARS[type(x)](x) if type(x) in _PYTHON_SCALARS else x
     return np.where(cond, a, b)[()]

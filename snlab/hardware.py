@@ -179,8 +179,12 @@ class Hardware:
         attention is off by default): at the fused kernel's measured efficiency where
         ``flash`` and the device has one, else as 16-bit matrix multiplies."""
         bf16 = self.gemm_efficiency * self.attention_efficiency_ratio
-        fused = np.asarray(self.flash_attention_efficiency)
-        efficiency = np.where((np.asarray(flash) > 0) & (fused > 0), fused, bf16)
+        fused = self.flash_attention_efficiency
+        if type(flash) is type(fused) is type(bf16) is np.float64:       # one plan: a scalar
+            efficiency = fused if flash > 0 and fused > 0 else bf16
+        else:
+            fused = np.asarray(fused)
+            efficiency = np.where((np.asarray(flash) > 0) & (fused > 0), fused, bf16)
         return self.roofline(peak_flops=self.peak_flops * self.attention_peak_ratio, gemm_efficiency=efficiency)
 
     def host_roofline(self) -> dict:

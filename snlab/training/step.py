@@ -447,7 +447,7 @@ def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params:
     # ones; the last also keeps the output logits and the MTP modules' layers
     last_layers = stage(lay.last_layers + sizes.mtp_modules, plan.pp - 1)
     last = last_layers + logits
-    heavier = maximum(stage(lay.first_layers, 0), stage(lay.middle_layers, 1))
+    heavier = maximum(stage(lay.first_layers, 0.0), stage(lay.middle_layers, 1.0))
     acts = where(plan.pp > 1, maximum(heavier, last), last) + working
     # what the layers themselves keep (what offload can move): neither the logits the loss
     # is computed from nor the layer being recomputed
