@@ -217,6 +217,10 @@ class Formula:
             args = None
         if args is None or len(values) != self._arity:       # a name missing or one too many
             self._check_inputs(values)
+        return self._run(args)
+
+    def _run(self, args: tuple) -> np.ndarray | float:
+        """Evaluate at the inputs ``args``, in argument order (see :meth:`__call__`)."""
         if _FLOATS.issuperset(map(type, args)):
             try:
                 out = self.scalar_func(*args)
@@ -247,7 +251,7 @@ class Formula:
         if missing:
             raise SnlabError(self.name, "missing input " + ", ".join(missing),
                              "inputs: " + ", ".join(self.arg_names))
-        return self(**{n: values[n] for n in self.arg_names})
+        return self._run(self._take(values))
 
     def partial(self, **values) -> "Formula":
         """The same formula with some inputs fixed to exact values, compiled apart.
