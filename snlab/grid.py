@@ -274,10 +274,14 @@ def whole(x) -> np.ndarray:
     return (x == nearest(x)) & (x >= 1)
 
 
+_FLOATING = (float, np.floating)
+
+
 def check_finite(row: Mapping, inputs: Mapping) -> None:
     """Refuse a result with a NaN or infinite number in it, naming the outputs and the
     inputs given (every input is range-checked first, so this is the last guard)."""
-    bad = [k for k, v in row.items() if isinstance(v, (float, np.floating)) and not math.isfinite(v)]
+    isfinite = math.isfinite
+    bad = [k for k, v in row.items() if isinstance(v, _FLOATING) and not isfinite(v)]
     if bad:
         given = ", ".join(f"{k}={v!r}" for k, v in inputs.items()) or "the defaults"
         raise SnlabError("result", f"{', '.join(bad[:4])} not finite for {given}",

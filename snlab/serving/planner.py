@@ -87,12 +87,16 @@ _ONE_DEPLOYMENT = grid.FieldMemo()
 _SWEPT = frozenset(SYSTEM_FIELDS)
 
 
+#: the :data:`_ONE_DEPLOYMENT` key of each field's default
+_DEFAULT_KEYS = {name: grid.memo_key(name, default) for name, default in dp_.DEFAULTS.items()}
+
+
 def _one_deployment_keys(axes: dict) -> list | None:
     """The :data:`_ONE_DEPLOYMENT` keys of a single deployment's fields, or None when one
     has no key."""
     keys = []
-    for name, default in dp_.DEFAULTS.items():
-        key = grid.memo_key(name, axes.get(name, default))
+    for name, default_key in _DEFAULT_KEYS.items():
+        key = grid.memo_key(name, axes[name]) if name in axes else default_key
         if key is None:
             return None
         keys.append(key)

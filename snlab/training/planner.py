@@ -140,6 +140,10 @@ _ONE_PLAN = grid.FieldMemo()
 _COLUMNS = {name: ("grad_bytes" if name == "grad_dtype" else name) for name in PLAN_FIELDS}
 
 
+#: each plan field's default and its :data:`_ONE_PLAN` key
+_DEFAULT_KEYS = {name: (pl.DEFAULTS[name], grid.memo_key(name, pl.DEFAULTS[name])) for name in PLAN_FIELDS}
+
+
 def _fills(model: Model, merged: dict, precision: str) -> dict:
     """The values the model and the precision give the plan fields left None."""
     fills = {}
@@ -158,8 +162,12 @@ def _one_plan_keys(merged: dict, fills: dict) -> list | None:
     """The :data:`_ONE_PLAN` keys of a single plan's fields (a filled value apart from the
     same value given, which the range checks see), or None when one has no key."""
     keys = []
-    for name in PLAN_FIELDS:
-        key = grid.memo_key(name, fills[name], "filled") if name in fills else grid.memo_key(name, merged[name])
+    for name, default in _DEFAULT_KEYS.items():
+        if name in fills:
+            key = grid.memo_key(name, fills[name], "filled")
+        else:
+            value = merged[name]
+            key = default[1] if value is default[0] else grid.memo_key(name, value)
         if key is None:
             return None
         keys.append(key)
