@@ -334,14 +334,17 @@ def field_dimension(name: str) -> str:
 #: and how many values each keeps before it starts again
 MEMO_SIZE, MEMO_ENTRIES = 32, 4096
 _MEMOS: dict[int, tuple] = {}
+#: the numeric fields of a Hardware, and the types of them whose values can be kept
+_NUMBERS = tuple(f.name for f in dataclasses.fields(Hardware) if f.name != "topology")
+_IMMUTABLE = frozenset((float, int, np.float64, np.int64))
 
 
 def memo(hw: Hardware) -> dict | None:
     """A dictionary for values computed from ``hw`` and scalar arguments alone (where
     the groups of a plan sit on the levels, and their inputs), kept for the
     :data:`MEMO_SIZE` hardware objects last asked about, at most :data:`MEMO_ENTRIES`
-    values each; None when ``hw`` holds arrays (a sweep's hardware axes), whose values
-    are not kept. Keyed by identity: each entry holds its hardware, so no other object
+    values each; None when ``hw`` holds arrays (a sweep's hardware axes, or a 0-d
+    array, which can change), whose values are not kept. Keyed by identity: each entry holds its hardware, so no other object
     can take its id (a frozen Hardware of numpy scalars cannot change). Values computed
     from formulas are dropped when a wall module loads again
     (:func:`snlab.formula_cache.generation`)."""
@@ -349,7 +352,7 @@ def memo(hw: Hardware) -> dict | None:
     if held is None or held[0] is not hw or held[1] is not generation():
         if len(_MEMOS) >= MEMO_SIZE:
             _MEMOS.clear()
-        scalar = all(np.ndim(getattr(hw, f.name)) == 0 for f in dataclasses.fields(hw) if f.name != "topology")
+        scalar = all(type(getattr(hw, name)) in _IMMUTABLE for name in _NUMBERS)
         held = _MEMOS[id(hw)] = (hw, generation(), {} if scalar else None)
     kept = held[2]
     if kept is not None and len(kept) >= MEMO_ENTRIES:

@@ -138,8 +138,6 @@ _SWEPT = frozenset(SYSTEM_FIELDS + OVERLAP_FIELDS)
 _ONE_PLAN = grid.FieldMemo()
 #: the columns each plan field makes (grad_dtype: the gradients' bytes)
 _COLUMNS = {name: ("grad_bytes" if name == "grad_dtype" else name) for name in PLAN_FIELDS}
-
-
 #: each plan field's default and its :data:`_ONE_PLAN` key
 _DEFAULT_KEYS = {name: (pl.DEFAULTS[name], grid.memo_key(name, pl.DEFAULTS[name])) for name in PLAN_FIELDS}
 
@@ -207,13 +205,12 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     _check_precision(precision)
     merged = {**pl.DEFAULTS, **axes}
     fills = _fills(model, merged, precision)
-    single = not _SWEPT.intersection(axes)
-    found = _ONE_PLAN.get(_one_plan_keys(merged, fills)) if single else None
+    keys = None if _SWEPT.intersection(axes) else _one_plan_keys(merged, fills)
+    found = _ONE_PLAN.get(keys)
     if found is None:
         _check_ranges(merged)
     if merged["global_batch"] is None:
         raise SnlabError("global_batch", "missing", "a multiple of micro_batch x dp (sequences per step)")
-    keys = _one_plan_keys(merged, fills) if single and found is None else None
     merged.update(fills)
     if precision not in ("fp8", "fp4") and any(bool(v) for v in grid.axis_values("fp8_params", merged["fp8_params"])):
         raise SnlabError("fp8_params", f"true with precision {precision}", "false unless precision is fp8 or fp4")
