@@ -9,6 +9,7 @@ installs what users get. It needs the package index (or a local wheel cache), as
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -55,13 +56,16 @@ def test_the_wheel_carries_the_presets_validation_data_and_error_bands(wheel):
 
 def test_the_wheel_installs_into_a_bare_venv_and_plans_and_draws(wheel, tmp_path):
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])
+    # the bare environment sees no PYTHONPATH: a checkout on it (with the egg-info the wheel's
+    # build leaves there) would pass for an installed snlab, and pip would install nothing
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run([sys.executable, "-m", "venv", str(venv)], env=bare)
     py = venv / "bin" / "python"
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("\n".join(line for line in LOCK.read_text().splitlines()
                                      if not line.startswith("-e")))
-    _run([str(py), "-m", "pip", "install", "-q", str(wheel), "-c", str(constraints)], timeout=1200)
-    installed = _run([str(py), "-m", "pip", "list", "--format=freeze"]).stdout.lower()
+    _run([str(py), "-m", "pip", "install", "-q", str(wheel), "-c", str(constraints)], timeout=1200, env=bare)
+    installed = _run([str(py), "-m", "pip", "list", "--format=freeze"], env=bare).stdout.lower()
     names = {line.split("==")[0].replace("_", "-") for line in installed.splitlines()}
     assert "snlab" in names and "vl-convert-python" in names
     assert not names & NOT_IN_A_LIBRARY_INSTALL, sorted(names & NOT_IN_A_LIBRARY_INSTALL)
@@ -76,12 +80,12 @@ def test_the_wheel_installs_into_a_bare_venv_and_plans_and_draws(wheel, tmp_path
     )
     svg = tmp_path / "chart.svg"
     # run from an empty folder, so that the repository's snlab/ cannot be imported instead
-    result = _run([str(py), "-c", code, str(svg)], cwd=tmp_path)
+    result = _run([str(py), "-c", code, str(svg)], cwd=tmp_path, env=bare)
     assert "<svg" in svg.read_text()[:500]
     mfu = float(result.stdout.split()[0])
     import snlab
     assert mfu == round(snlab.train("llama3-8b", "dgx-h100", tp=8, global_batch=8).mfu, 3)
     cli = _run([str(venv / "bin" / "snlab"), "train", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "8",
                 "--global-batch", "8"],
-               cwd=tmp_path)
+               cwd=tmp_path, env=bare)
     assert "MFU" in cli.stdout
