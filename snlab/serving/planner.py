@@ -103,6 +103,23 @@ def _one_deployment_keys(axes: dict) -> list | None:
     return keys
 
 
+def _dtype_columns(hw, weight_dtype, kv_dtype) -> dict:
+    """The deployment fields that follow from the weights' and the KV cache's dtype codes:
+    bytes per element, and the weights' GEMM peak ratio, efficiency ratio and half-rate
+    size on ``hw`` (numpy scalars for one deployment)."""
+    if type(weight_dtype) is np.float64 and type(kv_dtype) is np.float64:
+        w, k = _DTYPES[int(weight_dtype)], _DTYPES[int(kv_dtype)]
+        return dict(efficiency_ratio=np.float64(hw.efficiency_ratio(w)), gemm_half=np.float64(hw.gemm_half(w)),
+                    weight_bytes=np.float64(DTYPE_BYTES[w]), kv_bytes=np.float64(DTYPE_BYTES[k]),
+                    gemm_ratio=np.float64(hw.peak_ratio(w)))
+    wd, kd = weight_dtype.astype(int), kv_dtype.astype(int)
+    weight_bytes = np.asarray([DTYPE_BYTES[d] for d in _DTYPES], dtype=float)
+    return dict(efficiency_ratio=np.asarray([hw.efficiency_ratio(d) for d in _DTYPES])[wd],
+                gemm_half=np.asarray([hw.gemm_half(d) for d in _DTYPES])[wd],
+                weight_bytes=weight_bytes[wd], kv_bytes=weight_bytes[kd],
+                gemm_ratio=np.asarray([hw.peak_ratio(d) for d in _DTYPES])[wd])
+
+
 def _grid(model: Model, system: System, axes: dict):
     """The Cartesian product of the axes as an open grid: (deployment, hardware, columns)."""
     grid.unknown_fields(axes, tuple(dp_.DEFAULTS) + SYSTEM_FIELDS, "deployment or system")
@@ -113,7 +130,6 @@ def _grid(model: Model, system: System, axes: dict):
     else:
         columns, hw_axes = None, {}
     hw = hardware(system)
-    weight_bytes = np.asarray([DTYPE_BYTES[d] for d in _DTYPES], dtype=float)
     if found is not None:
         g = dict(zip(dp_.DEFAULTS, found))
         arrays = {}
@@ -132,10 +148,7 @@ def _grid(model: Model, system: System, axes: dict):
         changes = {n[3:]: a for n, a in arrays.items() if n.startswith("hw:")}
         hw = hw.replace(**changes)
     given = ~np.isnan(g["context"])
-    wd, kd = g["weight_dtype"].astype(int), g["kv_dtype"].astype(int)
-    ratios = np.asarray([hw.peak_ratio(d) for d in _DTYPES])
-    efficiencies = np.asarray([hw.efficiency_ratio(d) for d in _DTYPES])
-    halves = np.asarray([hw.gemm_half(d) for d in _DTYPES])
+    by_dtype = _dtype_columns(hw, g["weight_dtype"], g["kv_dtype"])
     if np.any((g["scenario"] == 1) & np.isnan(g["requests"])):
         raise SnlabError("requests", "missing for the offline scenario", dp_.ALLOWED["requests"])
     # an offline run's batch is the engine's to choose (snlab.serving.offline); the fixed-batch
@@ -147,10 +160,9 @@ def _grid(model: Model, system: System, axes: dict):
                              "hbm_utilization", "pool_share", "kv_offload", "output_dist", "expert_imbalance",
                              "graphs", "host_step_s", "scenario", "max_sequences", "max_step_tokens", "kv_fraction",
                              "kv_block_tokens")},
-        requests=grid.where(np.isnan(g["requests"]), 1.0, g["requests"]), efficiency_ratio=efficiencies[wd], gemm_half=halves[wd],
+        requests=grid.where(np.isnan(g["requests"]), 1.0, g["requests"]),
         context=grid.where(given, g["context"], g["prompt_len"] + np.floor(g["output_len"] / 2)),
-        capacity_context=grid.where(given, g["context"], g["prompt_len"] + g["output_len"]),
-        weight_bytes=weight_bytes[wd], kv_bytes=weight_bytes[kd], gemm_ratio=ratios[wd])
+        capacity_context=grid.where(given, g["context"], g["prompt_len"] + g["output_len"]), **by_dtype)
     # on a torus pod each deployment runs on the slice the scheduler gives its devices
     hw_cols = {k: getattr(hw, k) for k in hw_axes}
     return dep, network.placed(system, hw, dep.devices), hw_cols
