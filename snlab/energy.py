@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .energy_prices import Prices, example_prices, prices  # noqa: F401 (re-exported)
-from .grid import where
+from .grid import maximum, minimum, spread, where
 from .power_cooling import KINDS, NO_CAP, CoolingState, cooled, cooling_state  # noqa: F401 (re-exported)
 from .walls import power as pw
 
@@ -28,6 +28,9 @@ ROUNDING = 1e-9
 # --- activity --------------------------------------------------------------------------
 
 def _fraction(x):
+    """``x`` clipped to [0, 1] (a scalar inside it as it is)."""
+    if type(x) is np.float64 and 0.0 < x < 1.0:
+        return x
     return np.clip(x, 0.0, 1.0)
 
 
@@ -42,7 +45,7 @@ def training_activity(out: dict, hw, optimizer_on_host) -> tuple:
     rate = hw.gemm_efficiency * hw.sustained_clock * hw.peak_flops
     flop_time = out["hardware_tflops_per_device"] * TERA * step / rate
     optimizer = where(optimizer_on_host, 0.0, out["time_optimizer_s"])
-    memory = np.maximum(out["time_compute_s"] - flop_time, 0.0) + optimizer
+    memory = maximum(out["time_compute_s"] - flop_time, 0.0) + optimizer
     comm = sum(out[f"time_{x}_s"] for x in ("tp", "ep", "cp", "pp", "dp", "zero"))
     return _fraction(flop_time / step), _fraction(memory / step), _fraction(comm / step)
 
@@ -75,7 +78,7 @@ def device_power(hw, activity: tuple):
     """Power of one device [W] at the activity ``(compute, memory, links)``, held to the
     TDP and to what the rack's cooling allows (:data:`snlab.walls.power.device_power`)."""
     uc, um, ul = activity
-    return pw.device_power(tdp=np.minimum(hw.tdp, hw.power_cap), idle_power=hw.idle_power, compute_activity=uc,
+    return pw.device_power(tdp=minimum(hw.tdp, hw.power_cap), idle_power=hw.idle_power, compute_activity=uc,
                            memory_activity=um, link_activity=ul, hbm_energy=hw.hbm_energy,
                            memory_efficiency=hw.memory_efficiency, memory_bandwidth=hw.hbm_bandwidth,
                            link_energy=hw.link_energy, inner_efficiency=hw.scale_up_efficiency,
@@ -125,7 +128,7 @@ def power_columns(devices, device_w, tokens_per_s, hw, activity: tuple, prices: 
            "it_energy_per_token_j": pw.energy_per_token(power=it, throughput=tokens_per_s),
            "energy_per_token_j": pw.energy_per_token(power=facility, throughput=tokens_per_s),
            "tokens_per_joule": tokens_per_s / facility, "racks": racks(everyone, hw),
-           "pue": np.broadcast_to(np.float64(ratio), np.shape(facility))}
+           "pue": spread(np.float64(ratio), np.shape(facility))}
     if prices is not None:
         rate = pw.cost_rate(devices=everyone, facility_power=facility, **prices.inputs())
         per_token = pw.cost_per_token(cost_rate=rate, throughput=tokens_per_s)
@@ -184,7 +187,7 @@ def full_load(system, cooling: str | None = None, devices: int | None = None) ->
     s = cooled(load_system(system), cooling)
     hw = hardware(s)
     n = float(devices or s.scale_up.domain_size)
-    device_w = np.minimum(hw.tdp, hw.power_cap)
+    device_w = minimum(hw.tdp, hw.power_cap)
     it = pw.it_power(devices=n, device_power=device_w, overhead_power=overhead(hw))
     facility = pw.facility_power(pue=hw.pue, it_power=it)
     return {"device_power_w": float(device_w), "it_power_w": float(it), "facility_power_w": float(facility),

@@ -11,6 +11,11 @@ dimension of the quantity it defines (a fraction cannot be defined as a time), a
 every sum must add like to like. There is no global registry: the walls list their
 formulas by scanning their modules (:func:`snlab.walls.formulas`), so reloading a wall
 module simply replaces its formulas.
+
+The compiled code is kept on disk (:mod:`snlab.formula_cache`), keyed on the expression's
+content, so that a later process reads it back instead of compiling again; a formula
+filled from a cached wall module (:meth:`Formula.cached`) builds its expression, and
+imports sympy, only when something asks for it.
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ from functools import cached_property
 from typing import Callable, Mapping
 
 import numpy as np
-import sympy as sp
 
+from . import formula_cache
 from .errors import SnlabError
-from .symbols import LATEX_NAMES, NOMENCLATURE, ORDER, describe_dimension, dimension
+from .symbols import NOMENCLATURE, ORDER, describe_dimension, dimension, latex_names
 
 _ANY = None  # the dimension of 0: compatible with every other
 _NONE = dimension("1")  # a pure number
@@ -33,7 +38,7 @@ class DimensionError(RuntimeError):
     """A formula whose expression does not have a consistent dimension."""
 
 
-def _combine(dims: list, what: str, expr: sp.Expr):
+def _combine(dims: list, what: str, expr):
     known = [d for d in dims if d is not _ANY]
     if any(d != known[0] for d in known[1:]):
         shown = ", ".join(describe_dimension(d) for d in dict.fromkeys(known))
@@ -41,7 +46,7 @@ def _combine(dims: list, what: str, expr: sp.Expr):
     return known[0] if known else _ANY
 
 
-def expression_dimension(expr: sp.Expr):
+def expression_dimension(expr):
     """The dimension of ``expr`` as exponents of bytes, seconds, joules and dollars;
     ``None`` for 0.
 
@@ -50,6 +55,7 @@ def expression_dimension(expr: sp.Expr):
     agree; a power with a symbolic exponent, and the argument of a function such as
     ``log``, must be dimensionless.
     """
+    import sympy as sp
     if expr.is_Symbol:
         return dimension(NOMENCLATURE[expr.name].unit)
     if expr.is_Number:
@@ -95,43 +101,106 @@ class Formula:
         Where it comes from (paper, equation or table).
     """
 
-    def __init__(self, name: str, lhs: str, expr: sp.Expr, source: str, doc: str = ""):
+    def __init__(self, name: str, lhs: str, expr, source: str, doc: str = ""):
         unknown = [s.name for s in expr.free_symbols if s.name not in NOMENCLATURE]
         if unknown:
             raise RuntimeError(f"formula {name}: symbols not in the nomenclature: {unknown}")
-        self.name = name
-        self.lhs = NOMENCLATURE[lhs]
-        self.expr = expr
-        self.source = source
-        self.doc = doc
+        self._describe(name, lhs, source, doc)
+        self._expr = expr
         got, want = expression_dimension(expr), dimension(self.lhs.unit)
         if got is not _ANY and got != want:
             raise DimensionError(f"formula {name}: defines {lhs} [{self.lhs.unit}] but its expression is "
                                  f"in {describe_dimension(got)}")
-        self.args: tuple[sp.Symbol, ...] = tuple(
-            sorted(expr.free_symbols, key=lambda s: ORDER[s.name]))
-        self.arg_names: tuple[str, ...] = tuple(s.name for s in self.args)
-        self._arg_set = frozenset(self.arg_names)
-        # the inputs in argument order, as a tuple, from a mapping of them
-        self._take = (operator.itemgetter(*self.arg_names) if len(self.arg_names) > 1
-                      else (lambda v, n=self.arg_names: tuple(v[k] for k in n)))
+        self._set_args(tuple(s.name for s in sorted(expr.free_symbols, key=lambda s: ORDER[s.name])))
+
+    @classmethod
+    def cached(cls, name: str, lhs: str, arg_names: tuple[str, ...], source: str, doc: str, key: str,
+               expression: Callable[[], object]) -> "Formula":
+        """A formula read from the cache (:mod:`snlab.formula_cache`): its name, the
+        quantity it defines, argument names, source and content ``key`` as recorded, and
+        ``expression()``, which builds the sympy expression it was recorded from when first
+        asked for. Numbers come from the cached compiled code of that expression."""
+        self = cls.__new__(cls)
+        self._describe(name, lhs, source, doc)
+        self._expr, self._expression, self._key = None, expression, key
+        self._set_args(tuple(arg_names))
+        return self
+
+    def _describe(self, name: str, lhs: str, source: str, doc: str) -> None:
+        self.name = name
+        self.lhs = NOMENCLATURE[lhs]
+        self.source = source
+        self.doc = doc
+        self._key: str | None = None
         self._partials: dict = {}
+
+    def _set_args(self, arg_names: tuple[str, ...]) -> None:
+        self.arg_names: tuple[str, ...] = arg_names
+        self._arg_set = frozenset(arg_names)
+        self._arity = len(arg_names)
+        # the inputs in argument order, as a tuple, from a mapping of them
+        self._take = (operator.itemgetter(*arg_names) if len(arg_names) > 1
+                      else (lambda v, n=arg_names: tuple(v[k] for k in n)))
+
+    @property
+    def expr(self):
+        """The sympy expression: the single source of truth of the formula."""
+        if self._expr is None:
+            self._expr = self._expression()
+        return self._expr
+
+    @property
+    def args(self) -> tuple:
+        """The sympy symbols of the arguments, in argument order."""
+        return tuple(NOMENCLATURE[n].symbol for n in self.arg_names)
 
     @property
     def unit(self) -> str:
         return self.lhs.unit
 
+    @property
+    def key(self) -> str:
+        """The content key of the compiled code (:func:`snlab.formula_cache.key`): the
+        ``srepr`` of the expression, the argument order and what it defines (for a partial
+        formula: its parent's key and the values fixed)."""
+        if self._key is None:
+            import sympy as sp
+            self._key = formula_cache.key("formula", self.lhs.name, ",".join(self.arg_names), sp.srepr(self.expr))
+        return self._key
+
     @cached_property
     def func(self) -> Callable[..., np.ndarray]:
         """The expression compiled to a numpy function of ``self.args`` (positional)."""
-        return sp.lambdify(self.args, self.expr, modules=[{"select": _select}, "numpy"], cse=True)
+        return self._compiled("numpy")
 
     @cached_property
     def scalar_func(self) -> Callable[..., float]:
         """The same expression compiled to Python's ``math``, for calls whose inputs are
         all scalars (a planner's single configuration): several times faster than numpy
         on scalars, and equal to it wherever it is defined."""
-        return sp.lambdify(self.args, self.expr, modules="math", cse=True)
+        return self._compiled("math")
+
+    def _compiled(self, kind: str) -> Callable:
+        """The compiled function of ``kind`` (``"numpy"`` or ``"math"``): read from the
+        cache when a record of this key holds it, else compiled and recorded."""
+        record = formula_cache.load(self.key)
+        if record is not None and tuple(record.get("args", ())) == self.arg_names and kind in record:
+            fn = formula_cache.function_from(record[kind])
+            if fn is not None:
+                return fn
+        fn = self.lambdify(kind)
+        entry = formula_cache.function_record(fn)
+        if entry is not None:
+            formula_cache.store(self.key, {**(record or {}), "args": list(self.arg_names), kind: entry})
+        return fn
+
+    def lambdify(self, kind: str) -> Callable:
+        """The expression compiled by ``sympy.lambdify`` (explicit argument order,
+        ``cse=True``), to numpy (``kind="numpy"``, with a scalar-fast ``select``) or to
+        Python's ``math`` (``kind="math"``); no cache."""
+        import sympy as sp
+        modules = [{"select": _select}, "numpy"] if kind == "numpy" else "math"
+        return sp.lambdify(self.args, self.expr, modules=modules, cse=True)
 
     def __call__(self, **values) -> np.ndarray | float:
         """Evaluate numerically; keyword names are the nomenclature's long names.
@@ -142,9 +211,16 @@ class Formula:
         zero, a logarithm of zero, an overflow, a NaN) the numpy one does, with numpy's
         answer.
         """
-        if values.keys() != self._arg_set:
+        try:
+            args = self._take(values)
+        except KeyError:
+            args = None
+        if args is None or len(values) != self._arity:       # a name missing or one too many
             self._check_inputs(values)
-        args = self._take(values)
+        return self._run(args)
+
+    def _run(self, args: tuple) -> np.ndarray | float:
+        """Evaluate at the inputs ``args``, in argument order (see :meth:`__call__`)."""
         if _FLOATS.issuperset(map(type, args)):
             try:
                 out = self.scalar_func(*args)
@@ -152,7 +228,7 @@ class Formula:
                 pass
             else:
                 if out == out and type(out) is not bool:       # not NaN, not a comparison
-                    return np.float64(out)
+                    return out if type(out) is np.float64 else np.float64(out)
         out = self.func(*[_float64(a) for a in args])
         if isinstance(out, float):
             return out
@@ -175,7 +251,7 @@ class Formula:
         if missing:
             raise SnlabError(self.name, "missing input " + ", ".join(missing),
                              "inputs: " + ", ".join(self.arg_names))
-        return self(**{n: values[n] for n in self.arg_names})
+        return self._run(self._take(values))
 
     def partial(self, **values) -> "Formula":
         """The same formula with some inputs fixed to exact values, compiled apart.
@@ -185,18 +261,34 @@ class Formula:
         """
         key = tuple(sorted(values.items()))
         if key not in self._partials:
-            label = ", ".join(f"{k}={v}" for k, v in key)
-            self._partials[key] = Formula(f"{self.name}[{label}]", self.lhs.name, self.subs(**values),
-                                          self.source, self.doc)
+            self._partials[key] = self._partial(key)
         return self._partials[key]
 
-    def subs(self, **values) -> sp.Expr:
+    def _partial(self, items: tuple) -> "Formula":
+        """The partial formula of ``items``, keyed on this formula's key and the values:
+        from its cached record (argument names) when there is one, else built."""
+        label = ", ".join(f"{k}={v}" for k, v in items)
+        name = f"{self.name}[{label}]"
+        key = formula_cache.key("partial", self.key, repr(items))
+        record = formula_cache.load(key)
+        if record is not None and isinstance(record.get("args"), list):
+            return Formula.cached(name, self.lhs.name, tuple(record["args"]), self.source, self.doc, key,
+                                  lambda: self.subs(**dict(items)))
+        formula = Formula(name, self.lhs.name, self.subs(**dict(items)), self.source, self.doc)
+        formula._key = key
+        if record is None:
+            formula_cache.store(key, {"args": list(formula.arg_names)})
+        return formula
+
+    def subs(self, **values):
         """Substitute exact values symbolically (integers and fractions stay exact)."""
+        import sympy as sp
         return self.expr.subs({NOMENCLATURE[k].symbol: sp.nsimplify(v) for k, v in values.items()})
 
     def latex(self) -> str:
         """``lhs = expr`` in LaTeX with the nomenclature's short names."""
-        body = sp.latex(self.expr, symbol_names=LATEX_NAMES)
+        import sympy as sp
+        body = sp.latex(self.expr, symbol_names=latex_names())
         return f"{self.lhs.latex} = {body}"
 
     def _repr_latex_(self) -> str:

@@ -172,23 +172,71 @@ def flatten(arrays: Mapping, shape: tuple) -> dict:
 _BOOLS = frozenset((bool, np.bool_))
 _NUMPY_SCALARS = frozenset((np.float64, np.int64, np.bool_))
 _PYTHON_SCALARS = {float: np.float64, int: np.int64, bool: np.bool_}
+_SCALAR_NUMBERS = frozenset((float, int, np.float64, np.int64))
+_SCALARS = _NUMPY_SCALARS | frozenset(_PYTHON_SCALARS)
 
 
 def where(cond, a, b):
     """``numpy.where`` that returns a numpy scalar, not a 0-d array, when every input is a
     scalar: a planner's single configuration then stays in numpy scalars, which numpy
     evaluates several times faster than 0-d arrays."""
-    if type(cond) in _BOOLS and (type(a) in _NUMPY_SCALARS or type(a) in _PYTHON_SCALARS) \
-            and (type(b) in _NUMPY_SCALARS or type(b) in _PYTHON_SCALARS):
+    if type(cond) in _BOOLS and type(a) in _SCALARS and type(b) in _SCALARS:
         x = a if cond else b
         return _PYTHON_SCALARS[type(x)](x) if type(x) in _PYTHON_SCALARS else x
     return np.where(cond, a, b)[()]
 
 
+#: Python integers a float64 holds exactly
+_EXACT = 2 ** 53
+
+
+def _pair(a, b):
+    """The numpy scalar type of ``a`` when ``b`` combines with it without a change of
+    type (float64 with float64, float or a small int; int64 with int64 or a small int),
+    else None."""
+    ta, tb = type(a), type(b)
+    if ta is np.float64:
+        return ta if tb is ta or tb is float or (tb is int and -_EXACT < b < _EXACT) else None
+    if ta is np.int64:
+        return ta if tb is ta or (tb is int and -_EXACT < b < _EXACT) else None
+    return None
+
+
+def maximum(a, b):
+    """``numpy.maximum(a, b)``; for a numpy scalar and a number of its kind that differ
+    from it (not NaN, not zeros of two signs), the larger without a numpy call."""
+    kind = _pair(a, b)
+    if kind is not None:
+        if a > b:
+            return a
+        if b > a:
+            return kind(b)
+    return np.maximum(a, b)
+
+
+def minimum(a, b):
+    """``numpy.minimum(a, b)``, as :func:`maximum` is ``numpy.maximum``."""
+    kind = _pair(a, b)
+    if kind is not None:
+        if a < b:
+            return a
+        if b < a:
+            return kind(b)
+    return np.minimum(a, b)
+
+
+def spread(value, shape: tuple):
+    """``numpy.broadcast_to(value, shape)``, except that a float64 scalar stays one for a
+    single configuration's shape ``()`` (the same number, without a read-only 0-d array)."""
+    if shape == () and type(value) is np.float64:
+        return value
+    return np.broadcast_to(value, shape)
+
+
 def rounded(x):
     """``x`` rounded to the nearest integer as int64: a numpy scalar for a scalar, an
     array for an array (exact integer arithmetic for the plan rules and stage splits)."""
-    if np.ndim(x) == 0:
+    if type(x) in _SCALAR_NUMBERS or np.ndim(x) == 0:
         return np.int64(round(float(x)))
     return np.round(x).astype(np.int64)
 
@@ -213,15 +261,27 @@ def first_broken(conditions: Sequence) -> np.ndarray:
     return first
 
 
+def nearest(x):
+    """``numpy.round(x)``: the nearest whole number, halves to even, keeping the sign
+    (-0.4 gives -0.0); a finite float64 scalar without a numpy call."""
+    if type(x) is np.float64 and math.isfinite(x):
+        return np.float64(math.copysign(round(float(x)), x))
+    return np.round(x)
+
+
 def whole(x) -> np.ndarray:
     """Whether each value is a whole number >= 1."""
-    return (x == np.round(x)) & (x >= 1)
+    return (x == nearest(x)) & (x >= 1)
+
+
+_FLOATING = (float, np.floating)
 
 
 def check_finite(row: Mapping, inputs: Mapping) -> None:
     """Refuse a result with a NaN or infinite number in it, naming the outputs and the
     inputs given (every input is range-checked first, so this is the last guard)."""
-    bad = [k for k, v in row.items() if isinstance(v, (float, np.floating)) and not math.isfinite(v)]
+    isfinite = math.isfinite
+    bad = [k for k, v in row.items() if isinstance(v, _FLOATING) and not isfinite(v)]
     if bad:
         given = ", ".join(f"{k}={v!r}" for k, v in inputs.items()) or "the defaults"
         raise SnlabError("result", f"{', '.join(bad[:4])} not finite for {given}",
@@ -300,3 +360,45 @@ def unknown_fields(axes: Mapping, known: Sequence[str], what: str, extra: Callab
     for key in axes:
         if key not in known and not extra(key):
             raise SnlabError(key, f"not a {what} field", ", ".join(known))
+
+
+#: the values a :class:`FieldMemo` keeps entries for: immutable, hashable scalars
+MEMO_SCALARS = frozenset((int, float, str, bool, type(None), np.float64, np.int64, np.bool_))
+
+
+def memo_key(name: str, value, *extra):
+    """The key of a one-value axis in a :class:`FieldMemo`: the field, the value's type
+    and the value (1 and 1.0 and True apart), then ``extra``; None for a value that
+    gets no entry (anything but :data:`MEMO_SCALARS`, and a negative zero, which equals
+    a positive one)."""
+    kind = type(value)
+    if kind not in MEMO_SCALARS or (value == 0 and kind is not str and math.copysign(1.0, value) < 0):
+        return None
+    return (name, kind, value, *extra)
+
+
+class FieldMemo:
+    """What a planner makes of one field's value alone (its column, its label), kept per
+    :func:`memo_key` once a call has checked and converted that value, so that a call
+    whose every field was seen before skips the checks it has already passed. At most
+    ``size`` entries (then it starts again); entries are immutable."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._kept: dict = {}
+
+    def get(self, keys: Sequence | None) -> list | None:
+        """The entries of ``keys``, or None unless every one is kept."""
+        if keys is None:
+            return None
+        kept = self._kept
+        found = [kept.get(k) for k in keys]
+        return None if None in found else found
+
+    def put(self, key, entry) -> None:
+        """Keep ``entry`` (not None) under ``key`` (a :func:`memo_key`; None keeps nothing)."""
+        if key is None:
+            return
+        if len(self._kept) >= self.size:
+            self._kept.clear()
+        self._kept[key] = entry

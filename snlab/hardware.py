@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .formula_cache import generation
 from .walls import memory as mw
 
 if TYPE_CHECKING:
@@ -178,8 +179,12 @@ class Hardware:
         attention is off by default): at the fused kernel's measured efficiency where
         ``flash`` and the device has one, else as 16-bit matrix multiplies."""
         bf16 = self.gemm_efficiency * self.attention_efficiency_ratio
-        fused = np.asarray(self.flash_attention_efficiency)
-        efficiency = np.where((np.asarray(flash) > 0) & (fused > 0), fused, bf16)
+        fused = self.flash_attention_efficiency
+        if type(flash) is type(fused) is type(bf16) is np.float64:       # one plan: a scalar
+            efficiency = fused if flash > 0 and fused > 0 else bf16
+        else:
+            fused = np.asarray(fused)
+            efficiency = np.where((np.asarray(flash) > 0) & (fused > 0), fused, bf16)
         return self.roofline(peak_flops=self.peak_flops * self.attention_peak_ratio, gemm_efficiency=efficiency)
 
     def host_roofline(self) -> dict:
@@ -323,3 +328,33 @@ def field_dimension(name: str) -> str:
     table, section, field = PRESET_FIELDS[name]
     spec = (schema.SYSTEM if table == "system" else schema.DEVICE)[section]
     return next(d for f, d, _ in spec if f == field)
+
+
+#: how many hardware objects keep memoised values at once (the systems of the latest calls),
+#: and how many values each keeps before it starts again
+MEMO_SIZE, MEMO_ENTRIES = 32, 4096
+_MEMOS: dict[int, tuple] = {}
+#: the numeric fields of a Hardware, and the types of them whose values can be kept
+_NUMBERS = tuple(f.name for f in dataclasses.fields(Hardware) if f.name != "topology")
+_IMMUTABLE = frozenset((float, int, np.float64, np.int64))
+
+
+def memo(hw: Hardware) -> dict | None:
+    """A dictionary for values computed from ``hw`` and scalar arguments alone (where
+    the groups of a plan sit on the levels, and their inputs), kept for the
+    :data:`MEMO_SIZE` hardware objects last asked about, at most :data:`MEMO_ENTRIES`
+    values each; None when ``hw`` holds arrays (a sweep's hardware axes, or a 0-d
+    array, which can change), whose values are not kept. Keyed by identity: each entry holds its hardware, so no other object
+    can take its id (a frozen Hardware of numpy scalars cannot change). Values computed
+    from formulas are dropped when a wall module loads again
+    (:func:`snlab.formula_cache.generation`)."""
+    held = _MEMOS.get(id(hw))
+    if held is None or held[0] is not hw or held[1] is not generation():
+        if len(_MEMOS) >= MEMO_SIZE:
+            _MEMOS.clear()
+        scalar = all(type(getattr(hw, name)) in _IMMUTABLE for name in _NUMBERS)
+        held = _MEMOS[id(hw)] = (hw, generation(), {} if scalar else None)
+    kept = held[2]
+    if kept is not None and len(kept) >= MEMO_ENTRIES:
+        kept.clear()
+    return kept

@@ -26,13 +26,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .grid import where
+from .grid import maximum, minimum, where
 
 from . import topology as topo
-from .hardware import ACTIVATION_BYTES, Hardware
+from .hardware import ACTIVATION_BYTES, Hardware, memo
 from .walls import communication as cm
 from .walls import serving as sv
 
+#: the scalar types whose groups' placements and levels are kept per hardware
+SCALARS = frozenset((float, int, np.float64, np.int64))
 #: expert-parallel kernels -> the level field of their achieved bandwidth fraction: the
 #: low-latency dispatch and combine of decode, the high-throughput ("bulk") ones of
 #: prefill and training
@@ -67,8 +69,8 @@ def inner_bandwidth(n1, stride, hw: Hardware):
     axis = hw.topology.axes[0]
     if kind == "mesh":
         # (a group of one has no inner traffic: the floor only keeps the rate positive)
-        return np.maximum(n1 - 1, 1.0) * axis.links * axis.link_bandwidth * topo.link_scale(hw)
-    pair = np.maximum(n1, 2.0)                  # (a group of one: priced as a pair, and not used)
+        return maximum(n1 - 1, 1.0) * axis.links * axis.link_bandwidth * topo.link_scale(hw)
+    pair = maximum(n1, 2.0)                  # (a group of one: priced as a pair, and not used)
     g = topo.group_axes(pair, stride, hw)
     one = cm.axis_all_to_all_time.evaluate({**g.inputs(), **{f"axis_latency_{a}": 0.0 for a in topo.AXES},
                                              "message_bytes": 1.0, "group_size": pair, "call_latency": 0.0,
@@ -95,7 +97,7 @@ def link_bandwidth(hw: Hardware):
 def per_domain(stride, hw: Hardware):
     """Members of a group ``stride`` ranks apart that one scale-up domain can hold (at
     least one: members farther apart than a domain sit on a domain each)."""
-    return np.maximum(np.floor(hw.scale_up_domain_size / stride), 1.0)
+    return maximum(np.floor(hw.scale_up_domain_size / stride), 1.0)
 
 
 def split(n, stride, hw: Hardware):
@@ -117,12 +119,23 @@ def divisors(n: int) -> tuple[float, ...]:
     """The divisors of the whole number ``n`` in increasing order, as floats (kept once found)."""
     found = _DIVISORS.get(n)
     if found is None:
-        import sympy
-        found = _DIVISORS[n] = tuple(float(d) for d in sympy.divisors(n))
+        found = _DIVISORS[n] = tuple(float(d) for d in topo.divisors(n))
     return found
 
 
 def placements(n, stride, hw: Hardware):
+    """:func:`group_placements`, kept per hardware for a scalar group (:func:`snlab.hardware.memo`)."""
+    kept = memo(hw) if type(n) in SCALARS and type(stride) in SCALARS else None
+    if kept is None:
+        return group_placements(n, stride, hw)
+    key = (group_placements, type(n), n, type(stride), stride)
+    found = kept.get(key)
+    if found is None:
+        found = kept[key] = tuple(group_placements(n, stride, hw))
+    return found
+
+
+def group_placements(n, stride, hw: Hardware):
     """Every way a group of n members ``stride`` ranks apart may sit on the levels, as
     (fits, n1, n2) triples in increasing n1: n1 members in each of n2 = n / n1 domains,
     for every n1 that divides n; ``fits`` says, row by row, whether a domain holds n1
@@ -141,7 +154,7 @@ def placements(n, stride, hw: Hardware):
         return
     yield True, 1.0, n
     cap = per_domain(stride, hw)
-    sizes = np.unique(np.asarray(n, dtype=float))
+    sizes = np.unique(np.asarray(n, dtype=float)) if np.ndim(n) else np.asarray([n], dtype=float)
     sizes = sizes[np.isfinite(sizes) & (sizes == np.round(sizes)) & (np.abs(sizes) <= MAX_GROUP)]
     found = {d for v in sizes for d in divisors(int(v))[1:]}
     if found:                                   # (an empty grid has no sizes)
@@ -155,7 +168,7 @@ def fastest(price, n, stride, hw: Hardware):
     best = None
     for fits, n1, n2 in placements(n, stride, hw):
         t = price(n1, n2)
-        best = t if best is None else where(fits, np.minimum(best, t), best)
+        best = t if best is None else where(fits, minimum(best, t), best)
     return best
 
 
@@ -166,7 +179,7 @@ def inner_step_latency(n1, hw: Hardware, stride=1.0):
     ``scale_up_latency`` and the others ``scale_up_node_latency`` (members
     ``devices_per_node`` or more ranks apart each sit on a node of their own). A group of
     one (a point-to-point message) pays the first."""
-    per_node = np.maximum(np.minimum(n1, np.floor(hw.devices_per_node / stride)), 1.0)
+    per_node = maximum(minimum(n1, np.floor(hw.devices_per_node / stride)), 1.0)
     k = np.ceil(n1 / per_node)
     crossing = where(k > 1, k, 0.0)
     return where(n1 > 1, ((n1 - crossing) * hw.scale_up_node_latency + crossing * hw.scale_up_latency) / n1,
@@ -174,6 +187,19 @@ def inner_step_latency(n1, hw: Hardware, stride=1.0):
 
 
 def levels(n1, n2, hw: Hardware, stride=1.0) -> dict:
+    """:func:`group_levels`, kept per hardware for a scalar group (:func:`snlab.hardware.memo`);
+    a copy, which the caller may change."""
+    kept = memo(hw) if type(n1) in SCALARS and type(n2) in SCALARS and type(stride) in SCALARS else None
+    if kept is None:
+        return group_levels(n1, n2, hw, stride)
+    key = (group_levels, type(n1), n1, type(n2), n2, type(stride), stride)
+    found = kept.get(key)
+    if found is None:
+        found = kept[key] = group_levels(n1, n2, hw, stride)
+    return dict(found)
+
+
+def group_levels(n1, n2, hw: Hardware, stride=1.0) -> dict:
     """The two-level collective formulas' inputs for a group of n1 x n2 devices
     ``stride`` ranks apart: each ring step pays its own level's latency
     (:func:`inner_step_latency` inside a domain); a call spanning domains pays the larger
@@ -185,7 +211,7 @@ def levels(n1, n2, hw: Hardware, stride=1.0) -> dict:
         inner_efficiency=hw.scale_up_efficiency,
         outer_latency=hw.scale_out_latency, outer_bandwidth=outer_bandwidth(n1 * n2, stride, hw),
         outer_efficiency=hw.scale_out_efficiency,
-        call_latency=where(spans, np.maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
+        call_latency=where(spans, maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
                               hw.scale_up_call_latency),
     )
 
@@ -199,7 +225,7 @@ def sliced(op: str, S, n, stride, hw: Hardware):
     inputs = dict(message_bytes=S, link_efficiency=hw.scale_up_efficiency, outer_size=g.slices,
                   outer_latency=hw.scale_out_latency, outer_bandwidth=outer_bandwidth(n, stride, hw),
                   outer_efficiency=hw.scale_out_efficiency, **g.inputs(),
-                  call_latency=where(spans, np.maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
+                  call_latency=where(spans, maximum(hw.scale_up_call_latency, hw.scale_out_call_latency),
                                      hw.scale_up_call_latency))
     if op == "all-to-all":
         # (a group with one member per slice sends nothing inside one: any positive rate will do)
@@ -257,7 +283,7 @@ def point_to_point(S, inside, hw: Hardware):
     out = cm.point_to_point_time(message_bytes=S, latency=hw.scale_out_latency,
                                  link_bandwidth=hw.scale_out_bandwidth, link_efficiency=hw.scale_out_efficiency,
                                  call_latency=hw.scale_out_call_latency)
-    return where(inside, np.minimum(up, out), out)
+    return where(inside, minimum(up, out), out)
 
 
 def one_shot_all_to_all(S_in, S_out, n1, n2, hw: Hardware, kernel: str | None = None, stride=1.0):
@@ -319,7 +345,7 @@ def _expert_calls_on(n1, n2, tokens, experts_per_token, hidden, dispatch_bytes, 
     if bulk:
         domains = sv.domains_per_token(outer_size=n2, experts_per_token=experts_per_token)
         if domain_cap is not None:
-            domains = np.minimum(domains, domain_cap(n2))
+            domains = minimum(domains, domain_cap(n2))
         outer = tokens * hidden * domains * (n2 - 1) / n2
     else:
         outer = sent * (n2 - 1) / n2

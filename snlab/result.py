@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from html import escape
 
 
 class Result:
@@ -38,6 +37,7 @@ class Result:
         return self.headline() + "\n" + "\n".join(f"  {a:<{width}}  {b}" for a, b in rows)
 
     def _repr_html_(self) -> str:
+        from html import escape         # (imported here: a planner call needs no HTML)
         body = "".join(f"<tr><td>{escape(a)}</td><td>{escape(b)}</td></tr>" for a, b in self.summary_rows())
         return f"<table><caption style='text-align:left'><b>{escape(self.headline())}</b></caption>{body}</table>"
 

@@ -12,20 +12,27 @@ Symbols follow Narayanan et al. 2021 (arXiv 2104.04473) and Korthikanti et al. 2
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import sympy as sp
+from functools import cached_property
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One symbol: its long name, LaTeX, unit, meaning and sympy assumptions."""
+    """One symbol: its long name, LaTeX, unit, meaning and sympy assumptions (one of
+    :data:`_ASSUME`'s keys). The sympy symbol is made when first asked for, so that the
+    nomenclature (and the numbers computed from cached formulas) need no sympy."""
 
     name: str
     latex: str
     unit: str
     meaning: str
     group: str
-    symbol: sp.Symbol
+    assumption: str
+
+    @cached_property
+    def symbol(self):
+        """The sympy symbol, named ``name``, with the entry's assumptions."""
+        import sympy as sp
+        return sp.Symbol(self.name, **_ASSUME[self.assumption])
 
 
 # (name, latex, unit, meaning, assumption) grouped by topic. Assumptions: "int" =
@@ -285,22 +292,39 @@ def _build() -> dict[str, Entry]:
         for name, latex, unit, meaning, assume in rows:
             if name in entries:
                 raise RuntimeError(f"symbol {name!r} declared twice")
-            entries[name] = Entry(name, latex, unit, meaning, group,
-                                  sp.Symbol(name, **_ASSUME[assume]))
+            if assume not in _ASSUME:
+                raise RuntimeError(f"symbol {name!r}: unknown assumption {assume!r}")
+            entries[name] = Entry(name, latex, unit, meaning, group, assume)
     return entries
 
 
 NOMENCLATURE: dict[str, Entry] = _build()
 #: order of declaration, used to order a formula's arguments
 ORDER: dict[str, int] = {name: i for i, name in enumerate(NOMENCLATURE)}
-#: sympy symbol -> LaTeX name, for ``sympy.latex(expr, symbol_names=LATEX_NAMES)``
-LATEX_NAMES: dict[sp.Symbol, str] = {e.symbol: e.latex for e in NOMENCLATURE.values()}
+
+
+def latex_names() -> dict:
+    """sympy symbol -> LaTeX name, for ``sympy.latex(expr, symbol_names=latex_names())``
+    (made on first use: it needs sympy)."""
+    global _LATEX_NAMES
+    if _LATEX_NAMES is None:
+        _LATEX_NAMES = {e.symbol: e.latex for e in NOMENCLATURE.values()}
+    return _LATEX_NAMES
+
+
+_LATEX_NAMES: dict | None = None
+
+
+def __getattr__(name: str):
+    if name == "LATEX_NAMES":          # the mapping under its former name
+        return latex_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Symbols:
     """Attribute access to the sympy symbols: ``sym.hidden_size``."""
 
-    def __getattr__(self, name: str) -> sp.Symbol:
+    def __getattr__(self, name: str):
         try:
             return NOMENCLATURE[name].symbol
         except KeyError:

@@ -185,14 +185,16 @@ def auto_slice(devices: int, topology) -> tuple[int, ...]:
     if not topology.reconfigurable:
         return tuple(a.size for a in axes)
     # a slice of one device is always valid, so some divisor has a shape
-    shapes = next(found for per in reversed(_divisors(devices)) if (found := _valid(per, topology)))
+    shapes = next(found for per in reversed(divisors(devices)) if (found := _valid(per, topology)))
     return min(shapes, key=lambda d: (max(d), -min(d), d))
 
 
-def _divisors(n: int) -> list[int]:
-    """The divisors of ``n``, in increasing order."""
-    import sympy
-    return [int(d) for d in sympy.divisors(n)]
+def divisors(n: int) -> list[int]:
+    """The divisors of the whole number ``n`` (of its magnitude; none for 0), in
+    increasing order: those up to its square root and their partners."""
+    n = abs(int(n))
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
 
 
 def _valid(per: int, topology) -> list[tuple[int, ...]]:
@@ -209,7 +211,7 @@ def _valid(per: int, topology) -> list[tuple[int, ...]]:
             if left <= limits[i]:
                 found.append(tuple(prefix) + (left,))
             return
-        for d in _divisors(left):
+        for d in divisors(left):
             if d <= limits[i]:
                 grow(prefix + [d], left // d)
 

@@ -80,8 +80,10 @@ def families(regime: str) -> list[str]:
     return sorted(f for r, f in _table() if r == regime)
 
 
+@lru_cache(maxsize=256)
 def band(regime: str, family: str) -> Band:
-    """The band of ``regime`` (one of :data:`REGIMES`) on chip ``family``."""
+    """The band of ``regime`` (one of :data:`REGIMES`) on chip ``family`` (kept: a Band
+    is frozen; :func:`reload` forgets it)."""
     b = _table().get((regime, family))
     if b is None:
         return Band(regime=regime, family=family, runs=0, low=1.0, high=1.0)
@@ -103,6 +105,8 @@ def validated(family: str, plans: dict, precision: str = "bf16"):
     runs covers none."""
     import numpy as np
     r = _ranges().get(family)
+    if all(type(v) is list and len(v) == 1 for v in plans.values()):
+        return np.asarray([r is not None and _covers(r, {k: v[0] for k, v in plans.items()}, precision)])
     n = len(np.atleast_1d(plans["tp"]))
     if r is None or precision not in r["precision"]:
         return np.zeros(n, dtype=bool)
@@ -122,7 +126,25 @@ def validated(family: str, plans: dict, precision: str = "bf16"):
     return ok
 
 
+def _covers(r: dict, plan: dict, precision: str) -> bool:
+    """:func:`validated` for one plan of Python numbers (a single train call's), against
+    the family's ranges ``r``: the same comparisons, without arrays."""
+    if precision not in r["precision"]:
+        return False
+    devices = plan["tp"] * plan["pp"] * plan["dp"] * plan["cp"]
+    if type(devices) is not int or devices >= 2 ** 63:         # as numpy's int64 product would be
+        import numpy as np
+        devices = np.prod(np.asarray([plan[k] for k in ("tp", "pp", "dp", "cp")]))
+    for key in ("tp", "pp", "cp", "ep", "interleave"):
+        lo, hi = r[key]
+        if not lo <= float(plan[key]) <= hi:
+            return False
+    lo, hi = r["devices"]
+    return bool(lo <= float(devices) <= hi and int(plan["zero"]) in r["zero"] and str(plan["recompute"]) in r["recompute"])
+
+
 def reload() -> None:
     """Read the error bands again (after ``python -m snlab.docs`` rewrote them)."""
     _table.cache_clear()
     _ranges.cache_clear()
+    band.cache_clear()

@@ -59,7 +59,10 @@ def test_the_wheel_installs_into_a_bare_venv_and_plans_and_draws(wheel, tmp_path
     # snlab/ nor its build metadata (which pip would take for snlab installed already)
     bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])
+    # the bare environment sees no PYTHONPATH: a checkout on it (with the egg-info the wheel's
+    # build leaves there) would pass for an installed snlab, and pip would install nothing
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run([sys.executable, "-m", "venv", str(venv)], env=bare)
     py = venv / "bin" / "python"
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("\n".join(line for line in LOCK.read_text().splitlines()

@@ -253,7 +253,7 @@ def test_the_slices_a_search_may_pick():
     assert (2, 4, 4) in topo.slices_for(32, top) and (1, 1, 32) not in topo.slices_for(32, top)
     assert topo.slices_for(64, snlab.system("trn2-ultraserver").scale_up.topology) == [(4, 4, 4)]
     assert topo.auto_slice(16, snlab.system("trn2-ultraserver").scale_up.topology) == (4, 4, 4)
-    assert topo._divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
+    assert topo.divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
 
 
 def test_the_planners_place_each_job_on_its_slice():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..grid import first_broken, whole
+from ..grid import first_broken, maximum, nearest, whole
 from ..hardware import DTYPE_BYTES
 
 #: output-length distributions for the static-batching comparison
@@ -168,17 +168,17 @@ def violations(model, system, dep: Deployment) -> np.ndarray:
     """Index into :data:`RULES` of the first rule each row breaks, or -1."""
     t, p, d, e = dep.tp, dep.pp, dep.dp, dep.ep
     experts = model.moe.experts if model.moe else 0
-    safe_t = np.maximum(np.round(t), 1)
-    safe_e = np.maximum(np.round(e), 1)
+    safe_t = maximum(nearest(t), 1)
+    safe_e = maximum(nearest(e), 1)
     return first_broken([
         ~whole(t) | (model.heads % safe_t != 0),
         (model.kv_heads % safe_t != 0) & (safe_t % model.kv_heads != 0),
         ~whole(p) | (p > model.layers),
         ~whole(d),
-        (dep.scenario == 0) & (((dep.batch % np.maximum(d, 1)) != 0) | (dep.batch < d)),
+        (dep.scenario == 0) & (((dep.batch % maximum(d, 1)) != 0) | (dep.batch < d)),
         ~whole(e) | (((safe_t * d) % safe_e) != 0) | ((safe_e % safe_t != 0) & (safe_t % safe_e != 0))
         | ((experts == 0) & (e != 1)),
-        (dep.draft_tokens != np.round(dep.draft_tokens)) | (dep.draft_tokens < 0),
+        (dep.draft_tokens != nearest(dep.draft_tokens)) | (dep.draft_tokens < 0),
         (dep.acceptance < 0) | (dep.acceptance > 1),
         ~whole(dep.prompt_len), ~whole(dep.output_len), ~whole(dep.context),
         (dep.microbatches != 1) & (dep.microbatches != 2),
@@ -186,13 +186,13 @@ def violations(model, system, dep: Deployment) -> np.ndarray:
         (dep.hbm_utilization <= 0) | (dep.hbm_utilization > 1),
         (dep.pool_share < 0) | (dep.pool_share > 1),
         (dep.ep_overlap < 0) | (dep.ep_overlap > 1),
-        (t * p * d > system.max_devices) if system.max_devices else np.zeros(np.shape(t), dtype=bool),
+        (t * p * d > system.max_devices) if system.max_devices else np.zeros(np.shape(t), dtype=bool)[()],
         (dep.expert_imbalance < 1) | (dep.expert_imbalance > 64),
         (dep.scenario == 1) & ~(whole(dep.requests) & (dep.requests <= MAX_REQUESTS)),
         (dep.kv_fraction <= 0) | (dep.kv_fraction > 1),
         ~whole(dep.kv_block_tokens) | (dep.kv_block_tokens > 1024),
         (dep.max_sequences != 0) & ~whole(dep.max_sequences),
         (dep.max_step_tokens != 0) & (~whole(dep.max_step_tokens)
-                                      | (dep.max_step_tokens < np.maximum(dep.max_sequences, 1)
+                                      | (dep.max_step_tokens < maximum(dep.max_sequences, 1)
                                          * (dep.draft_tokens + 1))),
     ])

@@ -80,16 +80,66 @@ def _axes(axes: dict) -> tuple[dict, dict]:
     return columns, hw_axes
 
 
+#: each deployment field's column for one value, once a single deployment has passed the
+#: checks with it (:class:`snlab.grid.FieldMemo`)
+_ONE_DEPLOYMENT = grid.FieldMemo()
+#: axes that make a call more than one deployment of its own fields
+_SWEPT = frozenset(SYSTEM_FIELDS)
+
+
+#: the :data:`_ONE_DEPLOYMENT` key of each field's default
+_DEFAULT_KEYS = {name: grid.memo_key(name, default) for name, default in dp_.DEFAULTS.items()}
+
+
+def _one_deployment_keys(axes: dict) -> list | None:
+    """The :data:`_ONE_DEPLOYMENT` keys of a single deployment's fields, or None when one
+    has no key."""
+    keys = []
+    for name, default_key in _DEFAULT_KEYS.items():
+        key = grid.memo_key(name, axes[name]) if name in axes else default_key
+        if key is None:
+            return None
+        keys.append(key)
+    return keys
+
+
+def _dtype_columns(hw, weight_dtype, kv_dtype) -> dict:
+    """The deployment fields that follow from the weights' and the KV cache's dtype codes:
+    bytes per element, and the weights' GEMM peak ratio, efficiency ratio and half-rate
+    size on ``hw`` (numpy scalars for one deployment)."""
+    if type(weight_dtype) is np.float64 and type(kv_dtype) is np.float64:
+        w, k = _DTYPES[int(weight_dtype)], _DTYPES[int(kv_dtype)]
+        return dict(efficiency_ratio=np.float64(hw.efficiency_ratio(w)), gemm_half=np.float64(hw.gemm_half(w)),
+                    weight_bytes=np.float64(DTYPE_BYTES[w]), kv_bytes=np.float64(DTYPE_BYTES[k]),
+                    gemm_ratio=np.float64(hw.peak_ratio(w)))
+    wd, kd = weight_dtype.astype(int), kv_dtype.astype(int)
+    weight_bytes = np.asarray([DTYPE_BYTES[d] for d in _DTYPES], dtype=float)
+    return dict(efficiency_ratio=np.asarray([hw.efficiency_ratio(d) for d in _DTYPES])[wd],
+                gemm_half=np.asarray([hw.gemm_half(d) for d in _DTYPES])[wd],
+                weight_bytes=weight_bytes[wd], kv_bytes=weight_bytes[kd],
+                gemm_ratio=np.asarray([hw.peak_ratio(d) for d in _DTYPES])[wd])
+
+
 def _grid(model: Model, system: System, axes: dict):
     """The Cartesian product of the axes as an open grid: (deployment, hardware, columns)."""
     grid.unknown_fields(axes, tuple(dp_.DEFAULTS) + SYSTEM_FIELDS, "deployment or system")
-    columns, hw_axes = _axes(axes)
+    keys = None if _SWEPT.intersection(axes) else _one_deployment_keys(axes)
+    found = _ONE_DEPLOYMENT.get(keys)
+    if found is None:
+        columns, hw_axes = _axes(axes)
+    else:
+        columns, hw_axes = None, {}
     hw = hardware(system)
-    weight_bytes = np.asarray([DTYPE_BYTES[d] for d in _DTYPES], dtype=float)
-    if not hw_axes and all(len(v) == 1 for v in columns.values()):
+    if found is not None:
+        g = dict(zip(dp_.DEFAULTS, found))
+        arrays = {}
+    elif not hw_axes and all(len(v) == 1 for v in columns.values()):
         # one deployment: numpy scalars, several times faster than one-element arrays
         g = {k: np.float64(v[0]) for k, v in columns.items()}
         arrays = {}
+        if keys is not None:
+            for key, name in zip(keys, dp_.DEFAULTS):
+                _ONE_DEPLOYMENT.put(key, g[name])
     else:
         grid.check_size({**columns, **hw_axes})
         arrays = grid.open_grid({**columns, **{f"hw:{k}": v for k, v in hw_axes.items()}})
@@ -98,10 +148,7 @@ def _grid(model: Model, system: System, axes: dict):
         changes = {n[3:]: a for n, a in arrays.items() if n.startswith("hw:")}
         hw = hw.replace(**changes)
     given = ~np.isnan(g["context"])
-    wd, kd = g["weight_dtype"].astype(int), g["kv_dtype"].astype(int)
-    ratios = np.asarray([hw.peak_ratio(d) for d in _DTYPES])
-    efficiencies = np.asarray([hw.efficiency_ratio(d) for d in _DTYPES])
-    halves = np.asarray([hw.gemm_half(d) for d in _DTYPES])
+    by_dtype = _dtype_columns(hw, g["weight_dtype"], g["kv_dtype"])
     if np.any((g["scenario"] == 1) & np.isnan(g["requests"])):
         raise SnlabError("requests", "missing for the offline scenario", dp_.ALLOWED["requests"])
     # an offline run's batch is the engine's to choose (snlab.serving.offline); the fixed-batch
@@ -113,10 +160,9 @@ def _grid(model: Model, system: System, axes: dict):
                              "hbm_utilization", "pool_share", "kv_offload", "output_dist", "expert_imbalance",
                              "graphs", "host_step_s", "scenario", "max_sequences", "max_step_tokens", "kv_fraction",
                              "kv_block_tokens")},
-        requests=grid.where(np.isnan(g["requests"]), 1.0, g["requests"]), efficiency_ratio=efficiencies[wd], gemm_half=halves[wd],
+        requests=grid.where(np.isnan(g["requests"]), 1.0, g["requests"]),
         context=grid.where(given, g["context"], g["prompt_len"] + np.floor(g["output_len"] / 2)),
-        capacity_context=grid.where(given, g["context"], g["prompt_len"] + g["output_len"]),
-        weight_bytes=weight_bytes[wd], kv_bytes=weight_bytes[kd], gemm_ratio=ratios[wd])
+        capacity_context=grid.where(given, g["context"], g["prompt_len"] + g["output_len"]), **by_dtype)
     # on a torus pod each deployment runs on the slice the scheduler gives its devices
     hw_cols = {k: getattr(hw, k) for k in hw_axes}
     return dep, network.placed(system, hw, dep.devices), hw_cols
@@ -193,17 +239,18 @@ def serve(model: PresetLike, system: PresetLike, *, cooling: str | None = None, 
         if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim > 0):
             raise SnlabError(name, "got a list", "one value; use snlab.serve_sweep for grids")
     dep, hw, _ = _grid(m, s, deployment)
-    cols = {f: np.ravel(getattr(dep, f))[:1] for f in dp_.Deployment.__dataclass_fields__}
+    values = {f: getattr(dep, f) for f in dp_.Deployment.__dataclass_fields__}
     broken = int(np.ravel(dp_.violations(m, s, dep))[0])
     if broken >= 0:
         field, message = dp_.RULES[broken]
-        raise SnlabError(field, _detail(field, m, s, cols), message)
+        raise SnlabError(field, _detail(field, m, s, {k: np.ravel(v)[:1] for k, v in values.items()}), message)
     with np.errstate(all="ignore"):
         out = serve_columns(m, dep, hw)
         out.update(_power(m, s, out, dep, hw, prices, pue))
     row = {k: (v.item() if isinstance(v, np.ndarray) else float(v)) for k, v in out.items()}
     grid.check_finite(row, deployment)
-    return ServeResult.from_row(m, s, {k: float(v[0]) for k, v in cols.items()}, row, prices)
+    return ServeResult.from_row(m, s, {k: float(v) if type(v) is np.float64 else float(np.ravel(v)[0])
+                                       for k, v in values.items()}, row, prices)
 
 
 def _detail(field: str, m: Model, s: System, g: dict) -> str:

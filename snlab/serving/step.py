@@ -57,7 +57,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import network as net
-from ..grid import where
+from ..grid import maximum, minimum, spread, where
 from ..hardware import ACTIVATION_BYTES, Hardware
 from ..sizing import ModelSizes, forward_flops_per_token, kv_cache_bytes_per_token, model_sizes
 from ..walls import communication as cm
@@ -169,7 +169,7 @@ def weights(sizes: ModelSizes, dep: Deployment, hw: Hardware) -> Weights:
     extra_output = (sizes.embedding_copies - 1) * V * h
     emb_stage = where(p > 1, V * h, sizes.embedding_params + extra_output)
     if sizes.experts:
-        expert_tp = np.maximum(t / dep.ep, 1.0)
+        expert_tp = maximum(t / dep.ep, 1.0)
         expert = np.ceil(sizes.experts / dep.ep) * sizes.expert_params_one * sizes.moe_layers / p / expert_tp
     else:
         expert = 0.0
@@ -210,13 +210,13 @@ def lender_devices(pool_bytes_per_device, dep: Deployment, hw: Hardware):
 def placement(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights) -> Placement:
     t, p, d = dep.tp, dep.pp, dep.dp
     kv_tok = ss.kv_elements_per_token * dep.kv_bytes
-    shard = np.minimum(t, ss.kv_shard_max)
+    shard = minimum(t, ss.kv_shard_max)
     kv_dev = dep.batch / d * dep.capacity_context * kv_tok / (p * shard)
     offload = dep.kv_offload > 0
-    in_domain = np.minimum(dep.devices, hw.scale_up_domain_size)
+    in_domain = minimum(dep.devices, hw.scale_up_domain_size)
     pool_free = hw.free_pool(in_domain)
     caps = {
-        "hbm": np.maximum(dep.hbm_utilization * hw.hbm_capacity - w.per_device, 0.0),
+        "hbm": maximum(dep.hbm_utilization * hw.hbm_capacity - w.per_device, 0.0),
         "pool": where(offload & (hw.pool_bandwidth > 0), pool_free * dep.pool_share / in_domain, 0.0),
         "host": where(offload & (hw.host_bandwidth > 0), hw.host_capacity, 0.0),
         "ssd": where(offload & (hw.storage_bandwidth > 0), hw.storage_capacity, 0.0),
@@ -224,7 +224,7 @@ def placement(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights) -> Pl
     left = kv_dev
     placed = {}
     for tier in KV_TIERS:
-        placed[tier] = np.minimum(left, caps[tier])
+        placed[tier] = minimum(left, caps[tier])
         left = left - placed[tier]
     location = np.zeros(np.shape(kv_dev))
     for i, tier in enumerate(KV_TIERS):
@@ -334,7 +334,7 @@ def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, to
     fixed = engine.fixed_time(ss.kernels, layers, hw, dep.graphs)
     elementwise = cw.roofline_time(flops=0.0, bytes_moved=layers * engine.elementwise_bytes(computed, k, t),
                                    **hw.roofline())
-    return Pass(dense=t_dense, expert=t_exp, attention=np.maximum(t_attn_c, t_kv), fixed=fixed,
+    return Pass(dense=t_dense, expert=t_exp, attention=maximum(t_attn_c, t_kv), fixed=fixed,
                 elementwise=elementwise, kv=t_kv,
                 head=t_head, head_flops=head_flops, head_bytes=head_bytes, kv_hbm_only=kv_bytes / byte_rate,
                 tp=tp_comm, ep=ep_comm,
@@ -354,9 +354,9 @@ def routed_experts(ss: ServingSizes, dep: Deployment, hw: Hardware, tok, efficie
         return zero, zero, zero
     t, p, e = dep.tp, dep.pp, dep.ep
     slots = np.ceil(k.experts / e)
-    reaching = tok * np.maximum(e, t) / t
+    reaching = tok * maximum(e, t) / t
     rho = sv.expert_activation(experts=slots * e, experts_per_token=k.experts_per_token, tokens=reaching)
-    split = np.maximum(t / e, 1.0)
+    split = maximum(t / e, 1.0)
     read = slots * rho * k.expert_params_one / split * dep.weight_bytes * k.moe_layers / p
     flops = 2 * tok * k.experts_per_token * k.expert_params_one / t * k.moe_layers / p * dep.expert_imbalance
     per_expert = reaching * k.experts_per_token / k.experts * dep.expert_imbalance
@@ -465,7 +465,7 @@ def batching(dep: Deployment, dec: Decode, pre: Prefill) -> tuple:
     longest = where(dep.output_dist == 1, sv.static_steps_uniform(batch_sequences=b, mean_output_len=mu),
                        where(dep.output_dist == 2,
                                 sv.static_steps_exponential(batch_sequences=b, mean_output_len=mu), mu))
-    longest = np.maximum(longest, mu)
+    longest = maximum(longest, mu)
     tau = dec.tokens_per_step
     common = dict(batch_sequences=b, mean_output_len=mu, prefill_time=per_request, step_time=dec.step)
     return (sv.batching_throughput(decode_steps=mu / tau, **common),
@@ -478,7 +478,7 @@ def limits(ss: ServingSizes, dep: Deployment, place: Placement) -> dict:
     per_replica = dep.pp * place.shard        # devices a replica's KV is spread over, in effect
     out = {}
     for key, cap in (("hbm", place.capacity["hbm"]), ("all", sum(place.capacity.values()))):
-        capacity = np.maximum(cap * per_replica, 1e-30)
+        capacity = maximum(cap * per_replica, 1e-30)
         seqs = sv.max_sequences(capacity=capacity, context_len=dep.capacity_context,
                                 kv_cache_memory=place.kv_per_token)
         out[f"max_batch_{key}"] = dep.dp * np.floor(seqs)
@@ -513,8 +513,8 @@ def serve_columns(model, dep: Deployment, hw: Hardware) -> dict[str, np.ndarray]
     if np.any(offline_rows):
         # the memory the offline run gives the KV cache in HBM, where the engines keep it
         # (the batch is sized to it, so nothing spills)
-        kv_memory = dep.kv_fraction * np.maximum(hw.hbm_capacity - hw.memory_reserve - w.per_device, 0.0)
-        utilization = (kv_memory + w.per_device) / np.maximum(hw.hbm_capacity, 1.0)
+        kv_memory = dep.kv_fraction * maximum(hw.hbm_capacity - hw.memory_reserve - w.per_device, 0.0)
+        utilization = (kv_memory + w.per_device) / maximum(hw.hbm_capacity, 1.0)
         dep = dataclasses.replace(dep, hbm_utilization=where(offline_rows, utilization, dep.hbm_utilization))
         run = offline_run(ss, dep, hw, w, placement(ss, dep, hw, w))
         # every fixed-batch column then describes a step of the engine's batch, whose KV
@@ -553,13 +553,13 @@ def offline_columns(dep: Deployment, place: Placement, run, fits) -> dict:
     batch in flight of every row)."""
     if run is None:
         zero = np.zeros(np.shape(fits))
-        return {**dict.fromkeys(OFFLINE_COLUMNS, zero), "batch_in_flight": np.broadcast_to(dep.batch, np.shape(fits)),
+        return {**dict.fromkeys(OFFLINE_COLUMNS, zero), "batch_in_flight": spread(dep.batch, np.shape(fits)),
                 "fits": fits}
     offline_rows = dep.scenario == 1
     values = (run.tokens_per_s, run.tokens_per_s / dep.devices, run.ttft, run.tpot, run.batch, run.kv_sequences,
               run.waves, run.step_tokens, run.chunks, run.makespan)
     return {**{n: where(offline_rows, v, 0.0) for n, v in zip(OFFLINE_COLUMNS, values)},
-            "batch_in_flight": np.broadcast_to(dep.batch, np.shape(fits)),
+            "batch_in_flight": spread(dep.batch, np.shape(fits)),
             "fits": where(offline_rows, place.weights_fit & run.fits, fits)}
 
 
@@ -586,12 +586,12 @@ def columns(dep, hw, w, place, dec, pre, cont, static, fit, wall) -> dict[str, n
         "kv_bytes_per_token": place.kv_per_token * np.ones_like(step), "kv_location": place.location,
         "kv_read_bytes_per_step_per_device": rounds * dec.kv_read,
         "time_kv_s": kv_step, "kv_time_per_output_token_s": kv_step / dec.tokens_per_step,
-        "kv_spill_slowdown": parts.kv / np.maximum(parts.kv_hbm_only, 1e-30),
+        "kv_spill_slowdown": parts.kv / maximum(parts.kv_hbm_only, 1e-30),
         "time_weights_s": (rounds * parts.weights_read + kd * parts.head_bytes) / byte_rate,
         "time_dense_s": rounds * parts.dense + kd * parts.head, "time_draft_head_s": kd * parts.head,
         "time_experts_s": rounds * parts.expert, "time_attention_s": rounds * parts.attention,
         "time_fixed_s": rounds * parts.fixed, "time_elementwise_s": rounds * parts.elementwise,
-        "time_sampling_s": np.broadcast_to(dec.sampling, np.shape(step)),
+        "time_sampling_s": spread(dec.sampling, np.shape(step)),
         "time_tp_s": rounds * parts.tp, "time_ep_s": rounds * parts.ep,
         "exposed_ep_s": rounds * dec.stage.ep_exposed, "time_pp_s": rounds * dec.hop,
         "prefill_time_tp_s": dep.pp * pre.stage.parts.tp, "prefill_time_ep_s": dep.pp * pre.stage.parts.ep,

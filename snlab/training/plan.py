@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SnlabError
-from ..grid import finite, first_broken, rounded, show
+from ..grid import finite, first_broken, maximum, minimum, rounded, show
 from . import stages
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
@@ -304,20 +304,20 @@ def violations(model, plan: Plan, devices=None) -> np.ndarray:
     experts = model.moe.experts if model.moe else 1
     first, last = plan.first_stage_layers, plan.last_stage_layers
     ends_unset = (first == 0) & (last == 0)
-    split_broken = stages.broken(model.layers, np.maximum(p, 1), np.maximum(v, 1),
+    split_broken = stages.broken(model.layers, maximum(p, 1), maximum(v, 1),
                                  rounded(first), rounded(last), stages.model_tail(model)) \
         | (rounded(first) != first) | (rounded(last) != last)
     return first_broken([
-        (t < 1) | (model.heads % np.maximum(t, 1) != 0),
-        (model.kv_heads % np.maximum(t, 1) != 0) & (t % model.kv_heads != 0),
+        (t < 1) | (model.heads % maximum(t, 1) != 0),
+        (model.kv_heads % maximum(t, 1) != 0) & (t % model.kv_heads != 0),
         (p < 1) | (p > model.layers),
-        ((v > 1) & ((p == 1) | ((B // np.maximum(b * d, 1)) % np.maximum(p, 1) != 0))) | (v < 1),
+        ((v > 1) & ((p == 1) | ((B // maximum(b * d, 1)) % maximum(p, 1) != 0))) | (v < 1),
         ends_unset & split_broken,
         ~ends_unset & split_broken,
-        (c < 1) | (s % np.maximum(c, 1) != 0),
-        (e < 1) | ((t * d * c) % np.maximum(e * et, 1) != 0) | (experts % np.maximum(e, 1) != 0)
-        | (et < 1) | (t % np.maximum(et, 1) != 0) | ((experts == 1) & (et != t)),
-        (B % np.maximum(b * d, 1) != 0) | (B < b * d),
+        (c < 1) | (s % maximum(c, 1) != 0),
+        (e < 1) | ((t * d * c) % maximum(e * et, 1) != 0) | (experts % maximum(e, 1) != 0)
+        | (et < 1) | (t % maximum(et, 1) != 0) | ((experts == 1) & (et != t)),
+        (B % maximum(b * d, 1) != 0) | (B < b * d),
         (plan.zero_stage == 3) & (p > 1),
         (t * p * d * c != devices) if devices is not None else np.False_,
         (d < 1) | (b < 1) | ~whole,

@@ -129,6 +129,74 @@ def _plan_axes(model: Model, merged: dict, axes: dict) -> tuple[dict, dict]:
     return columns, labels
 
 
+#: plan fields whose missing value (None) the model or the precision fills in
+FILLED = ("seq_len", "expert_tp", "fp8_activations", "expert_imbalance")
+#: axes that make a call more than one plan of its own fields (hardware and overlap levels)
+_SWEPT = frozenset(SYSTEM_FIELDS + OVERLAP_FIELDS)
+#: each plan field's column and labels for one value, once a single plan has passed the
+#: checks with it (:class:`snlab.grid.FieldMemo`)
+_ONE_PLAN = grid.FieldMemo()
+#: the columns each plan field makes (grad_dtype: the gradients' bytes)
+_COLUMNS = {name: ("grad_bytes" if name == "grad_dtype" else name) for name in PLAN_FIELDS}
+#: each plan field's default and its :data:`_ONE_PLAN` key
+_DEFAULT_KEYS = {name: (pl.DEFAULTS[name], grid.memo_key(name, pl.DEFAULTS[name])) for name in PLAN_FIELDS}
+
+
+def _fills(model: Model, merged: dict, precision: str) -> dict:
+    """The values the model and the precision give the plan fields left None."""
+    fills = {}
+    if merged["seq_len"] is None:
+        fills["seq_len"] = model.seq_len
+    if merged["expert_tp"] is None:
+        fills["expert_tp"] = 0          # as tp, row by row
+    if merged["fp8_activations"] is None:
+        fills["fp8_activations"] = "linear" if precision == "fp8" else "none"
+    if merged["expert_imbalance"] is None:
+        fills["expert_imbalance"] = model.moe.load_imbalance if model.moe else 1.0
+    return fills
+
+
+def _one_plan_keys(merged: dict, fills: dict) -> list | None:
+    """The :data:`_ONE_PLAN` keys of a single plan's fields (a filled value apart from the
+    same value given, which the range checks see), or None when one has no key."""
+    keys = []
+    for name, default in _DEFAULT_KEYS.items():
+        if name in fills:
+            key = grid.memo_key(name, fills[name], "filled")
+        else:
+            value = merged[name]
+            key = default[1] if value is default[0] else grid.memo_key(name, value)
+        if key is None:
+            return None
+        keys.append(key)
+    return keys
+
+
+def _remember(keys: list, g: dict, labels: dict) -> None:
+    """Keep each field's column (as a numpy scalar) and labels of a checked single plan."""
+    for key, name in zip(keys, PLAN_FIELDS):
+        column = _COLUMNS[name]
+        named = tuple((k, dict(labels[k][0]) if type(labels[k][0]) is dict else labels[k][0])
+                      for k in (("overlap", "_overlap_levels") if name == "overlap" else (name,)) if k in labels)
+        _ONE_PLAN.put(key, (column, g[column], named))
+
+
+def _one_plan(found: list) -> tuple[dict, dict]:
+    """The columns and labels of a single plan from its fields' :data:`_ONE_PLAN` entries,
+    as :func:`_grid` makes them (labels in new lists, overlap levels in a new dict)."""
+    g, labels = {}, {}
+    for column, value, named in found:
+        g[column] = value
+        for k, v in named:
+            labels[k] = [dict(v) if type(v) is dict else v]
+    if g["sequence_parallel"] < 0:
+        g["sequence_parallel"] = np.float64(g["tp"] > 1)
+    levels = labels["_overlap_levels"][0]
+    for name in OVERLAP_FIELDS:
+        g[name] = np.float64(levels[name[len("overlap_"):]])
+    return g, labels
+
+
 def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     """The Cartesian product of the axes as an open grid: (plan columns, hardware,
     labels). The columns are the planner's input names, ``overlap`` the index of the
@@ -136,28 +204,30 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     grid.unknown_fields(axes, PLAN_FIELDS + SYSTEM_FIELDS + OVERLAP_FIELDS, "plan or system")
     _check_precision(precision)
     merged = {**pl.DEFAULTS, **axes}
-    _check_ranges(merged)
+    fills = _fills(model, merged, precision)
+    keys = None if _SWEPT.intersection(axes) else _one_plan_keys(merged, fills)
+    found = _ONE_PLAN.get(keys)
+    if found is None:
+        _check_ranges(merged)
     if merged["global_batch"] is None:
         raise SnlabError("global_batch", "missing", "a multiple of micro_batch x dp (sequences per step)")
-    if merged["seq_len"] is None:
-        merged["seq_len"] = model.seq_len
-    if merged["expert_tp"] is None:
-        merged["expert_tp"] = 0          # as tp, row by row
-    if merged["fp8_activations"] is None:
-        merged["fp8_activations"] = "linear" if precision == "fp8" else "none"
-    if merged["expert_imbalance"] is None:
-        merged["expert_imbalance"] = model.moe.load_imbalance if model.moe else 1.0
+    merged.update(fills)
     if precision not in ("fp8", "fp4") and any(bool(v) for v in grid.axis_values("fp8_params", merged["fp8_params"])):
         raise SnlabError("fp8_params", f"true with precision {precision}", "false unless precision is fp8 or fp4")
+    hw = hardware(system, precision)
+    if found is not None:
+        g, labels = _one_plan(found)
+        return g, hw, labels
     columns, labels = _plan_axes(model, merged, axes)
     hw_axes = {name: grid.numbers(name, grid.axis_values(name, axes[name]),
                                   schema.describe(field_dimension(name)), field_dimension(name))
                for name in SYSTEM_FIELDS if name in axes}
-    hw = hardware(system, precision)
     if not hw_axes and all(len(v) == 1 for v in columns.values()):
         # one configuration: scalars, which numpy evaluates several times faster than
         # arrays of one element with a dimension per axis
         g = {k: np.float64(v[0]) for k, v in columns.items()}
+        if keys is not None:
+            _remember(keys, g, labels)
         if g["sequence_parallel"] < 0:
             g["sequence_parallel"] = np.float64(g["tp"] > 1)
         for name in OVERLAP_FIELDS:
@@ -210,19 +280,13 @@ def _check_devices(devices) -> None:
         grid.whole_number("devices", devices, 1, MAX_DEVICES)
 
 
+#: each field of a :class:`~snlab.training.plan.Plan` and the plan column it takes
+_PLAN_OF = {**{f: f for f in pl.Plan.__dataclass_fields__}, "zero_stage": "zero"}
+
+
 def plan_of(g: dict) -> pl.Plan:
     """A :class:`~snlab.training.plan.Plan` from named plan columns."""
-    return pl.Plan(tp=g["tp"], pp=g["pp"], dp=g["dp"], ep=g["ep"], cp=g["cp"], micro_batch=g["micro_batch"],
-                   global_batch=g["global_batch"], zero_stage=g["zero"], recompute=g["recompute"],
-                   sequence_parallel=g["sequence_parallel"], interleave=g["interleave"], offload=g["offload"],
-                   grad_bytes=g["grad_bytes"], seq_len=g["seq_len"], flash_attention=g["flash_attention"],
-                   optimizer_bytes=g["optimizer_bytes"], first_stage_layers=g["first_stage_layers"],
-                   last_stage_layers=g["last_stage_layers"], ep_dispatcher=g["ep_dispatcher"],
-                   capacity_factor=g["capacity_factor"], expert_imbalance=g["expert_imbalance"],
-                   chunk_overhead_s=g["chunk_overhead_s"], fp8_activations=g["fp8_activations"],
-                   expert_tp=g["expert_tp"], logit_bytes=g["logit_bytes"], offload_layers=g["offload_layers"],
-                   fp8_params=g["fp8_params"],
-                   **{f: g[f] for f in OVERLAP_FIELDS})
+    return pl.Plan(**{field: g[column] for field, column in _PLAN_OF.items()})
 
 
 def stage_memory(model: PresetLike, system: PresetLike, precision: str = "bf16", **plan):

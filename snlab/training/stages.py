@@ -35,6 +35,8 @@ from ..grid import where
 def _int(x):
     """An integer input as int64: a numpy scalar for a scalar (a single plan stays in
     scalars), an array for an array."""
+    if type(x) is np.int64:
+        return x
     return np.int64(x) if np.ndim(x) == 0 else np.asarray(x, dtype=np.int64)
 
 
@@ -109,6 +111,19 @@ def broken(layers, pp, interleave, first=0, last=0, tail=0):
     ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``
     (Llama 3.1 405B on 16 stages of 8 chunks: 126 layers in 128 chunks)."""
     pp, interleave, first, last = (_int(x) for x in (pp, interleave, first, last))
+    if type(pp) is type(interleave) is type(first) is type(last) is np.int64 and np.ndim(layers) == 0 \
+            and np.ndim(tail) == 0:
+        return _broken_one(_int(layers), pp, interleave, first, last, _int(tail))
+    return _broken(layers, pp, interleave, first, last, tail)
+
+
+@lru_cache(maxsize=1024)
+def _broken_one(layers, pp, interleave, first, last, tail):
+    """:func:`broken` of a single plan (integers), kept: the rules of a loop's plans repeat."""
+    return _broken(layers, pp, interleave, first, last, tail)
+
+
+def _broken(layers, pp, interleave, first, last, tail):
     s = split(layers, pp, first, last, tail)
     ends = (first > 0) | (last > 0)
     both = (first > 0) & (last > 0)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import network as net
-from ..grid import at_largest, rounded, where
+from ..grid import at_largest, maximum, minimum, rounded, spread, where
 from ..hardware import ACTIVATION_BYTES, Hardware
 from ..sizing import ModelSizes, activation_widths
 from ..walls import communication as cm
@@ -73,7 +73,7 @@ def layout(sizes: ModelSizes, plan: Plan) -> Layout:
     split = stages.split(sizes.layers, rounded(plan.pp), rounded(plan.first_stage_layers),
                          rounded(plan.last_stage_layers), stages.sizes_tail(sizes))
     first, middle, last = (x.astype(float) for x in (split.first, split.middle, split.last))
-    most = np.maximum(np.maximum(first, middle), last + sizes.mtp_modules)
+    most = maximum(maximum(first, middle), last + sizes.mtp_modules)
     return Layout(devices=plan.devices, micro_batches=plan.micro_batches,
                   tokens=plan.micro_batch * plan.seq_len / plan.cp, first_layers=first, middle_layers=middle,
                   last_layers=last, stage_layers=most, stage_share=most / sizes.layers,
@@ -172,7 +172,7 @@ class Compute:
 def expert_load(plan: Plan):
     """Tokens the busiest expert device computes, over the mean [1]: the routing's
     imbalance, cut to the capacity factor when tokens beyond it are dropped."""
-    return where(plan.capacity_factor > 0, np.minimum(plan.expert_imbalance, plan.capacity_factor),
+    return where(plan.capacity_factor > 0, minimum(plan.expert_imbalance, plan.capacity_factor),
                     plan.expert_imbalance)
 
 
@@ -268,7 +268,7 @@ def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
     (DeepSeek-V3 report Sec. 3.2.2 and 3.3.3: dispatch and the gradient before the
     down-projection in FP8, combine in BF16)."""
     if not sizes.experts:
-        return np.zeros_like(lay.tokens)
+        return np.zeros_like(lay.tokens) if np.ndim(lay.tokens) else np.float64(0.0)
     # dispatch + combine, forward, backward, and again when the MoE block is recomputed
     calls = 2 + ((plan.recompute == 2) | (module_bits(plan)["moe"] > 0))
     # each rank dispatches its share of the tokens when sequence parallelism splits them or
@@ -283,7 +283,7 @@ def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
         # a token reaches at most groups_per_token groups of experts; a domain holds
         # experts / n2 of them
         def cap(n2):
-            return np.minimum(n2, np.maximum(sizes.groups_per_token * n2 / sizes.expert_groups,
+            return minimum(n2, maximum(sizes.groups_per_token * n2 / sizes.expert_groups,
                                              sizes.groups_per_token))
     dispatch_bytes = where(hw.cast_bytes > 0, 1.0, ACTIVATION_BYTES)
     disp, comb = net.expert_calls(tokens, sizes.experts_per_token, sizes.hidden_size, plan.ep, dispatch_bytes, hw,
@@ -447,11 +447,11 @@ def memory(sizes: ModelSizes, plan: Plan, lay: Layout, act: Activations, params:
     # ones; the last also keeps the output logits and the MTP modules' layers
     last_layers = stage(lay.last_layers + sizes.mtp_modules, plan.pp - 1)
     last = last_layers + logits
-    heavier = np.maximum(stage(lay.first_layers, 0), stage(lay.middle_layers, 1))
-    acts = where(plan.pp > 1, np.maximum(heavier, last), last) + working
+    heavier = maximum(stage(lay.first_layers, 0.0), stage(lay.middle_layers, 1.0))
+    acts = where(plan.pp > 1, maximum(heavier, last), last) + working
     # what the layers themselves keep (what offload can move): neither the logits the loss
     # is computed from nor the layer being recomputed
-    layered = where(plan.pp > 1, np.maximum(heavier, last_layers), last_layers)
+    layered = where(plan.pp > 1, maximum(heavier, last_layers), last_layers)
     return Memory(weights=states(mw.weight_memory), grads=states(mw.grad_memory),
                   optimizer=states(mw.optimizer_memory), activations=acts, buffers=buffers, per_layer=per_layer,
                   layered=layered)
@@ -537,10 +537,10 @@ def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Paramete
     o_far = where(off_opt, mem.optimizer, 0.0)
     # the layers' activations beyond the two kept, or those of offload_layers of them
     # (Megatron-Core's cpu_offloading_num_layers): that share of the stage's layers
-    share = where(plan.offload_layers > 0, np.minimum(plan.offload_layers / lay.stage_layers, 1.0), 1.0)
-    a_far = where(off_act, share * np.maximum(mem.layered - 2 * mem.per_layer, 0.0), 0.0)
+    share = where(plan.offload_layers > 0, minimum(plan.offload_layers / lay.stage_layers, 1.0), 1.0)
+    a_far = where(off_act, share * maximum(mem.layered - 2 * mem.per_layer, 0.0), 0.0)
     domain = hw.scale_up_domain_size
-    in_domain = np.minimum(lay.devices, domain)
+    in_domain = minimum(lay.devices, domain)
     pool_free = hw.free_pool(in_domain) / in_domain
     in_pool = (hw.pool_bandwidth > 0) & (o_far + a_far <= pool_free)
     bandwidth = where(in_pool, hw.pool_bandwidth, hw.host_bandwidth)
@@ -552,7 +552,7 @@ def offload(plan: Plan, hw: Hardware, lay: Layout, mem: Memory, params: Paramete
     # bandwidth per device at best (ZeRO-Offload's CPU-Adam is memory-bound too)
     host_step = cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.host_roofline())
     step = where(off_opt & ~in_pool, host_step, cw.roofline_time(flops=0.0, bytes_moved=traffic, **hw.roofline()))
-    out_mb = share * np.maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)
+    out_mb = share * maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)
     return Offload(optimizer_far=o_far, activations_far=a_far, in_pool=in_pool, bandwidth=bandwidth,
                    capacity=where(in_pool, pool_free, hw.host_capacity),
                    optimizer_transfer=where(off_opt, moved / bandwidth, 0.0),
@@ -590,7 +590,7 @@ def hideable(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict) -
     for x, time in comm.items():
         window = attention_window if x == "cp" else comp.per_microbatch
         level = plan.overlap(x) * can.get(x, True)
-        out[x] = level * np.minimum(np.maximum(time - shows.get(x, 0.0), 0.0), window)
+        out[x] = level * minimum(maximum(time - shows.get(x, 0.0), 0.0), window)
     return out
 
 
@@ -605,8 +605,8 @@ def schedule(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict, d
     parts = dict(comm, offload=off.activation_transfer)
     can = hideable(plan, hw, lay, comp, parts)
     comm_mb = sum(parts.values())
-    hidden = np.minimum(sum(can.values()), comp.per_microbatch)
-    shorter = np.minimum(comp.per_microbatch, comm_mb)
+    hidden = minimum(sum(can.values()), comp.per_microbatch)
+    shorter = minimum(comp.per_microbatch, comm_mb)
     level = where(shorter > 0, hidden / where(shorter > 0, shorter, 1.0), 0.0)
     mb_time = cm.overlapped_time(compute_time=comp.per_microbatch, comm_time=comm_mb, overlap=level,
                                  overlap_contention=kappa)
@@ -614,12 +614,12 @@ def schedule(plan: Plan, hw: Hardware, lay: Layout, comp: Compute, comm: dict, d
     share = {x: where(total_can > 0, can[x] / where(total_can > 0, total_can, 1.0), 0.0) for x in parts}
     # what each class shows: its time less its share of what was hidden, never below zero
     # (the shares add up to the hidden time only to rounding)
-    exposed = {x: m * np.maximum(parts[x] - hidden * share[x], 0.0) for x in parts}
+    exposed = {x: m * maximum(parts[x] - hidden * share[x], 0.0) for x in parts}
     dp_time, dp_hidden = _dp_step(plan, comp, dp, hidden)
     # the hidden part of the step's data-parallel traffic runs beside compute as long as itself
     dp_exposed = cm.overlapped_time(compute_time=dp_hidden, comm_time=dp_time, overlap=1.0,
                                     overlap_contention=kappa) - dp_hidden
-    exposed["dp"] = np.maximum(dp_time - dp_hidden, 0.0)
+    exposed["dp"] = maximum(dp_time - dp_hidden, 0.0)
     bubble_fraction = cw.pipeline_bubble_fraction(pp=plan.pp, interleave=plan.interleave, micro_batches=m)
     bubble = bubble_fraction * m * mb_time
     contention = kappa * (m * hidden + dp_hidden)
@@ -636,10 +636,10 @@ def _dp_step(plan: Plan, comp: Compute, dp: DataParallel, busy=0.0):
     data-parallel traffic hides only behind the rest, spread evenly over the pass (the
     same seconds of compute cannot hide two transfers)."""
     level = plan.overlap_dp
-    free = np.maximum(1 - busy / where(comp.per_microbatch > 0, comp.per_microbatch, 1.0), 0.0)
+    free = maximum(1 - busy / where(comp.per_microbatch > 0, comp.per_microbatch, 1.0), 0.0)
     backward = (comp.per_microbatch - comp.stage_forward) * free
-    hidden = level * (np.minimum(dp.reduce * (1 - 1 / dp.chunks), backward)
-                      + np.minimum(dp.gather * (1 - 1 / dp.chunks), comp.stage_forward * free))
+    hidden = level * (minimum(dp.reduce * (1 - 1 / dp.chunks), backward)
+                      + minimum(dp.gather * (1 - 1 / dp.chunks), comp.stage_forward * free))
     return dp.reduce + dp.gather, hidden
 
 
@@ -705,7 +705,7 @@ class Walls:
 
 def walls(lay: Layout, comp: Compute, sched: Schedule, off: Offload) -> Walls:
     m, mb = lay.micro_batches, sched.microbatch
-    bubble_compute = sched.bubble * np.minimum(comp.per_microbatch / where(mb > 0, mb, 1.0), 1.0)
+    bubble_compute = sched.bubble * minimum(comp.per_microbatch / where(mb > 0, mb, 1.0), 1.0)
     per = where(comp.per_microbatch > 0, comp.per_microbatch, 1.0)
     compute_s = m * 3 * comp.stage_forward + off.optimizer_step + bubble_compute * 3 * comp.stage_forward / per
     memory_s = (m * comp.recompute + off.optimizer_transfer + sched.exposed["offload"]
@@ -740,8 +740,10 @@ def columns(plan, hw, lay, comp, comm, dp, mem, off, sched, util, wall, params) 
     total = mem.weights + mem.grads + optimizer + activations + mem.buffers
     far = off.optimizer_far + off.activations_far
     # the step's shape and the memory's (a sweep of HBM changes fits, not always the step)
-    shape = np.broadcast_shapes(np.shape(step), np.shape(hw.usable_memory), np.shape(hw.hbm_capacity))
-    usable = np.broadcast_to(hw.usable_memory, shape)
+    usable, capacity = hw.usable_memory, hw.hbm_capacity
+    shape = () if type(step) is type(usable) is type(capacity) is np.float64 else \
+        np.broadcast_shapes(np.shape(step), np.shape(usable), np.shape(capacity))
+    usable, capacity = spread(usable, shape), spread(capacity, shape)
     return {
         "devices": lay.devices, "micro_batches": m,
         "step_time_s": step, "mfu": util.mfu, "hfu": util.hfu,
@@ -761,7 +763,7 @@ def columns(plan, hw, lay, comp, comm, dp, mem, off, sched, util, wall, params) 
         "bubble_fraction": sched.bubble_fraction,
         "memory_weights_bytes": mem.weights, "memory_grads_bytes": mem.grads, "memory_optimizer_bytes": optimizer,
         "memory_activations_bytes": activations, "memory_buffers_bytes": mem.buffers, "memory_total_bytes": total,
-        "memory_capacity_bytes": np.broadcast_to(hw.hbm_capacity, shape), "memory_usable_bytes": usable,
+        "memory_capacity_bytes": capacity, "memory_usable_bytes": usable,
         "memory_headroom_bytes": usable - total,
         "memory_offloaded_bytes": far, "offload_capacity_bytes": off.capacity,
         "fits": (total <= usable) & (far <= off.capacity),
