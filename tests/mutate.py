@@ -49,7 +49,14 @@ _ROOF = "a zero FLOP or byte term inside the roofline's max next to the other te
 _FLAG = "compares a field that is 0 or far above 1 (cast bytes 0 or 4, a bandwidth 0 or >= 1 MB/s)"
 _GUARD = "the fallback of a where() whose branch no row takes (it only avoids a division by zero)"
 _BYTE = "compares a byte count with 0 or 1: no tier holds a fraction of a byte"
+_FAST = ("picks the one-plan path or the grid path, which give the same numbers (tests/test_single_call_paths.py): "
+         "either serves the row")
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("snlab/training/stages.py", "if type(pp) is type(interleave) is type(first) is type(last) is np.int64 and "
+     "np.ndim(layers) == 0", "constant 0 -> 1"): _FAST,
+    ("snlab/training/stages.py", "and np.ndim(tail) == 0:", "constant 0 -> 1"): _FAST,
+    ("snlab/energy.py", "if type(x) is np.float64 and 0.0 < x < 1.0:", "constant 0.0 -> 1"): _FAST,
+    ("snlab/energy.py", "if type(x) is np.float64 and 0.0 < x < 1.0:", "constant 1.0 -> 2"): _FAST,
     ("snlab/training/step.py", "attention = cw.roofline_time(flops=score_flops, bytes_moved=0.0",
      "constant 0.0 -> 1"): _ROOF,
     ("snlab/training/step.py", "elementwise = cw.roofline_time(flops=0.0", "constant 0.0 -> 1"): _ROOF,
@@ -60,9 +67,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("snlab/training/step.py", "in_pool = (hw.pool_bandwidth > 0)", "constant 0 -> 1"): _FLAG,
     ("snlab/training/step.py", "return calls(op, bytes_per_param, n_calls) if", "constant 0.0 -> 1"):
         "stands in only for rows whose ZeRO stage does not use this collective; where() drops it",
-    ("snlab/training/step.py", "a_far = where(off_act, share * np.maximum(mem.layered - 2 * mem.per_layer, 0.0)",
+    ("snlab/training/step.py", "a_far = where(off_act, share * maximum(mem.layered - 2 * mem.per_layer, 0.0)",
      "constant 0.0 -> 1"): "floors a stage's activations beyond two layers, never negative but for a one-layer stage",
-    ("snlab/training/step.py", "out_mb = share * np.maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)",
+    ("snlab/training/step.py", "out_mb = share * maximum(mem.per_layer * lay.stage_layers - 2 * mem.per_layer, 0.0)",
      "constant 0.0 -> 1"): "floors a stage's activations beyond two layers, never negative but for a one-layer stage",
     ("snlab/training/step.py", "level = where(shorter > 0, hidden / where(shorter > 0, shorter, 1.0), 0.0)",
      "constant 1.0 -> 2"): _GUARD,
@@ -72,7 +79,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "constant 1.0 -> 2"): _GUARD,
     ("snlab/training/step.py", "share = {x: where(total_can > 0, can[x] / where(total_can > 0, total_can, 1.0)",
      "constant 0.0 -> 1"): "when no class can hide anything, nothing is hidden: the share multiplies a zero",
-    ("snlab/training/step.py", "bubble_compute = sched.bubble * np.minimum(comp.per_microbatch / where(mb > 0, mb, 1.0)",
+    ("snlab/training/step.py", "bubble_compute = sched.bubble * minimum(comp.per_microbatch / where(mb > 0, mb, 1.0)",
      "constant 1.0 -> 2"): "a micro-batch never takes less than its compute: the ratio is at most 1 (and the "
                            "guard's fallback is never taken)",
     ("snlab/training/step.py", "per = where(comp.per_microbatch > 0, comp.per_microbatch, 1.0)",
@@ -109,15 +116,15 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "MTP_LAYERS is 1: multiplying or dividing by it is the same",
     ("snlab/serving/step.py", "dep.devices <= hw.scale_up_domain_size, hw), 0.0)", "constant 0.0 -> 1"):
         "the hop of a one-stage prefill is multiplied by pp - 1 = 0",
-    ("snlab/serving/step.py", "capacity = np.maximum(cap * per_replica, 1e-30)", "constant 1e-30 -> 2e-30"): _GUARD,
-    ("snlab/serving/step.py", '"kv_spill_slowdown": parts.kv / np.maximum(parts.kv_hbm_only, 1e-30)',
+    ("snlab/serving/step.py", "capacity = maximum(cap * per_replica, 1e-30)", "constant 1e-30 -> 2e-30"): _GUARD,
+    ("snlab/serving/step.py", '"kv_spill_slowdown": parts.kv / maximum(parts.kv_hbm_only, 1e-30)',
      "constant 1e-30 -> 2e-30"): _GUARD,
     ("snlab/serving/step.py", '"tokens_per_step": dec.tokens_per_step * np.ones_like(step)',
      "Mult -> Div: dec.tokens_per_step * np.ones_like(step)"): "broadcasts against ones: * or / is the same",
     ("snlab/serving/step.py", '"kv_bytes_per_token": place.kv_per_token * np.ones_like(step)',
      "Mult -> Div: place.kv_per_token * np.ones_like(step)"): "broadcasts against ones: * or / is the same",
     ("snlab/serving/step.py", '"fits": place.weights_fit & (place.unplaced <= 0)', "constant 0 -> 1"): _BYTE,
-    ("snlab/training/step.py", "free = np.maximum(1 - busy / where(comp.per_microbatch > 0, comp.per_microbatch, 1.0)",
+    ("snlab/training/step.py", "free = maximum(1 - busy / where(comp.per_microbatch > 0, comp.per_microbatch, 1.0)",
      "constant 1.0 -> 2 in where(comp.per_microbatch > 0, comp.per_microbatch, 1.0)"): _GUARD,
     ("snlab/serving/engine.py", "np.searchsorted(CAPTURED_BATCHES, sequences - 1e-9)",
      "constant 1e-09 -> 2e-09"): "a tolerance that lets a batch of exactly a captured size run that size: any small one does",
@@ -127,9 +134,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "constant 0 -> 1"): "the expert width of a dense model, which has no routed expert to size",
     ("snlab/serving/offline.py", "free = np.maximum(hw.hbm_capacity - hw.memory_reserve - weights_per_device, 0.0)",
      "constant 0.0 -> 1"): _BYTE,
-    ("snlab/serving/step.py", "kv_memory = dep.kv_fraction * np.maximum(hw.hbm_capacity - hw.memory_reserve",
+    ("snlab/serving/step.py", "kv_memory = dep.kv_fraction * maximum(hw.hbm_capacity - hw.memory_reserve",
      "constant 0.0 -> 1"): _BYTE,
-    ("snlab/serving/step.py", "utilization = (kv_memory + w.per_device) / np.maximum(hw.hbm_capacity, 1.0)",
+    ("snlab/serving/step.py", "utilization = (kv_memory + w.per_device) / maximum(hw.hbm_capacity, 1.0)",
      "constant 1.0 -> 2"): "guards a division by a device with no HBM; every device has gigabytes",
     ("snlab/serving/queueing.py", "self.counter = 0", "constant 0 -> 1"):
         "the counter's origin: a request's finish and its context are offsets from the counter when it joined",

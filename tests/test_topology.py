@@ -703,3 +703,10 @@ def test_a_sweep_of_the_level_bandwidth_scales_every_link():
     sweep = snlab.sweep("llama3-8b", "mi300x-platform", tp=8, global_batch=8,
                         scale_up_bandwidth=[224e9, 448e9, 896e9])
     assert list(sweep["time_tp_s"]) == sorted(sweep["time_tp_s"], reverse=True)
+
+
+def test_divisors_are_every_divisor_once_in_order():
+    from snlab.topology import divisors
+    for n in [*range(1, 200), 384, 4096, 9216, -12]:
+        assert divisors(n) == [d for d in range(1, abs(n) + 1) if n % d == 0], n
+    assert divisors(0) == []

@@ -793,3 +793,20 @@ def test_search_considers_the_uneven_pipelines_published_plans_ran(model, device
     assert m.layers % pp
     base, _, _ = search_space(m, devices, global_batch)
     assert pp in set(base[:, 1].astype(int))
+
+
+def test_the_expert_group_folds_the_context_parallel_ranks_in():
+    """Megatron-Core builds expert groups with cp = 1 (ranks expert_tp apart): with cp 2 and
+    ep 8 on 8-GPU servers the expert group is one server, as it is with cp 1 and the same
+    tokens per device; and a 2-device MoE plan on a torus slice is priced, not NaN."""
+    import dataclasses
+    from snlab.presets import model as load_model
+    a = snlab.train("mixtral-8x7b", "dgx-h100", tp=1, cp=2, dp=4, ep=8, global_batch=4, seq_len=8192)
+    b = snlab.train("mixtral-8x7b", "dgx-h100", tp=1, cp=1, dp=8, ep=8, global_batch=8, seq_len=4096)
+    assert a.time_s["ep"] == pytest.approx(b.time_s["ep"], rel=1e-9)
+    m = load_model("mixtral-8x7b")
+    small = m.replace(name="tiny-moe", layers=16, hidden_size=2048, heads=16, kv_heads=16,
+                      moe=dataclasses.replace(m.moe, experts=16, expert_ffn_hidden_size=1408, shared_experts=1,
+                                              dense_layers=1, load_imbalance=1.0))
+    r = snlab.train(small, "tpu-v5p-pod", tp=1, cp=2, ep=2, pp=1, dp=1, global_batch=1)
+    assert np.isfinite(r.step_time_s) and r.time_s["ep"] > 0

@@ -631,7 +631,8 @@ def test_expert_parameters_are_reduced_over_their_replicas():
     assert params.dense == approx((QWEN.layer_params + emb) / 2)
     assert params.experts == approx(QWEN.expert_params / (4 * 2))
     assert params.total == approx(params.dense + params.experts)
-    assert params.groups[1] == (params.experts, 8 * 2 / 4, 2 * 2 * 4)
+    # replicas t d c / (e etp), ranks etp x e apart: Megatron-Core's expert rank generator has cp = 1
+    assert params.groups[1] == (params.experts, 8 * 2 / 4, 2 * 4)
     p = plan(pp=4, dp=2, ep=2)
     lay = S.layout(QWEN, p)
     assert S.parameters(QWEN, p, lay).dense == approx(QWEN.layer_params * lay.stage_share
@@ -874,14 +875,14 @@ def test_expert_traffic_and_weights_on_a_pipeline_stage():
     lay = S.layout(QWEN, p)
     share = lay.stage_share
     assert share < 1
-    # members of the expert group sit tp x cp = 2 ranks apart: both in the domain
+    # members of the expert group sit expert_tp = 1 rank apart: both in the domain
     msg = SEQ / 2 * 8 * 2048 * 2
     a2a = 10e-6 + 1 * 1e-6 + 1 / 2 * msg / UP
     assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(48 * share * 2 * 2 * a2a)
     params = S.parameters(QWEN, p, lay)
     assert params.experts == approx(QWEN.expert_params * share / 2)
     assert params.dense == approx(QWEN.layer_params * share + QWEN.embedding_params)   # no output head copy
-    assert params.groups[1] == (params.experts, 4 * 2 / 2, 1 * 2 * 2)
+    assert params.groups[1] == (params.experts, 4 * 2 / 2, 1 * 2)
     assert S.expert_comm(QWEN, plan(dp=4, ep=1), EP_HW, S.layout(QWEN, plan(dp=4, ep=1))) == 0
 
 
@@ -921,19 +922,21 @@ def test_group_limited_routing_with_more_domains_than_groups():
     assert S.expert_comm(grouped, p, EP_HW, lay) == approx(48 * 2 * 2 * deepep_call(inner, outer, 2))
 
 
-def test_the_deepep_stride_counts_context_parallel_ranks():
+def test_the_deepep_group_folds_context_parallel_ranks_in():
+    """Megatron-Core builds the expert groups with cp = 1 (parallel_state's expert rank
+    generator): with cp 2 the 8 members of ep 8 are 8 neighbouring ranks, one domain, the
+    group of cp 1 with the same tokens per device."""
     p = plan(cp=2, dp=4, ep=8, expert_imbalance=1.0)
-    lay = S.layout(QWEN, p)
-    # 8 members 2 ranks apart: 4 per domain of 8, 2 domains
+    same = plan(dp=8, ep=8, expert_imbalance=1.0, seq_len=SEQ / 2)
+    assert S.layout(QWEN, p).tokens == S.layout(QWEN, same).tokens
+    assert S.expert_comm(QWEN, p, EP_HW, S.layout(QWEN, p)) == approx(S.expert_comm(QWEN, same, EP_HW,
+                                                                                    S.layout(QWEN, same)))
+    # a bus fast enough for all 8 in one domain: they are, so the exchange takes the bus alone
+    fast_bus = dataclasses.replace(EP_HW, scale_up_ep_bulk_efficiency=0.9)
     tok, k, h = SEQ / 2, 8, 2048
     inner, outer = tok * k * h * 3 / 4, tok * h * 2 * (1 - 0.5 ** 8) * 1 / 2
-    assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(48 * 2 * 2 * deepep_call(inner, outer, 2))
-    # a bus fast enough that all 8 in one domain would win: 2 ranks apart, they cannot be
-    fast_bus = dataclasses.replace(EP_HW, scale_up_ep_bulk_efficiency=0.9)
     split = 20e-6 + max(1e-6 + inner * 2 / (0.9 * 100e9), 4e-6 + outer * 2 / (0.6 * 10e9))
-    whole = 10e-6 + 1e-6 + tok * k * h * 7 / 8 * 2 / (0.9 * 100e9)
-    assert whole < split
-    assert S.expert_comm(QWEN, p, fast_bus, lay) == approx(48 * 2 * 2 * split)
+    assert S.expert_comm(QWEN, p, fast_bus, S.layout(QWEN, p)) < 48 * 2 * 2 * split
 
 
 def test_optimizer_offload_without_zero_and_an_offload_that_outgrows_the_pool():
@@ -987,12 +990,12 @@ def test_columns_count_every_memory_part():
     assert out["memory_activations_bytes"] == approx(mem.activations)
 
 
-def test_the_all_to_all_stride_counts_context_parallel_ranks():
+def test_the_all_to_all_group_folds_context_parallel_ranks_in():
     p = plan(cp=2, dp=4, ep=8, ep_dispatcher=0, expert_imbalance=1.0)
     lay = S.layout(QWEN, p)
     msg = SEQ / 2 * 8 * 2048 * 2
-    # 8 members 2 ranks apart: 4 per domain, 2 domains, both levels at once
-    a2a = 20e-6 + max(3 * 1e-6 + 3 / 8 * msg / UP, 1 * 4e-6 + 1 / 2 * msg / OUT)
+    # 8 members 1 rank apart (Megatron-Core's expert groups have cp = 1): one domain of 8
+    a2a = 10e-6 + 7 * 1e-6 + 7 / 8 * msg / UP
     assert S.expert_comm(QWEN, p, EP_HW, lay) == approx(48 * 2 * 2 * a2a)
 
 

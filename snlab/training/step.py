@@ -261,7 +261,7 @@ def tensor_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
 def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
     """Expert-parallel all-to-alls per micro-batch [s] on the slowest stage's MoE layers:
     dispatch and combine forward, their mirror images backward (and again when
-    recomputing), over the expert group (ranks t x c apart), waiting for the busiest
+    recomputing), over the expert group (ranks expert_tp apart), waiting for the busiest
     device. ``alltoall`` sends every (token, expert) copy in 16 bits; ``deepep`` sends a
     token once per remote node (at most as many as the group-limited routing allows) and
     forwards it inside the node, dispatching in FP8 when the matrix multiplies run in FP8
@@ -273,11 +273,14 @@ def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
     calls = 2 + ((plan.recompute == 2) | (module_bits(plan)["moe"] > 0))
     # each rank dispatches its share of the tokens when sequence parallelism splits them or
     # the experts are split fewer ways than the dense layers; the expert group's ranks are
-    # expert_tp x cp apart
+    # expert_tp apart: Megatron-Core builds the expert groups with a rank generator of their
+    # own (tp = expert_tp, ep, dp = expert data parallel, pp, cp = 1; parallel_state.
+    # initialize_model_parallel), which folds the context-parallel ranks into ep and the
+    # expert data-parallel group
     etp = plan.etp
     tokens = lay.tokens / where((plan.sequence_parallel > 0) | (etp < plan.tp), plan.tp, 1.0)
     S = tokens * sizes.experts_per_token * sizes.hidden_size * ACTIVATION_BYTES
-    plain = 2 * net.all_to_all(S, plan.ep, etp * plan.cp, hw)
+    plain = 2 * net.all_to_all(S, plan.ep, etp, hw)
     cap = None
     if sizes.expert_groups:
         # a token reaches at most groups_per_token groups of experts; a domain holds
@@ -287,7 +290,7 @@ def expert_comm(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout):
                                              sizes.groups_per_token))
     dispatch_bytes = where(hw.cast_bytes > 0, 1.0, ACTIVATION_BYTES)
     disp, comb = net.expert_calls(tokens, sizes.experts_per_token, sizes.hidden_size, plan.ep, dispatch_bytes, hw,
-                                  True, stride=etp * plan.cp, domain_cap=cap)
+                                  True, stride=etp, domain_cap=cap)
     deep = disp + comb
     per_layer = where(plan.ep_dispatcher == 1, deep, plain) * expert_load(plan)
     moe_layers = sizes.moe_layers * lay.stage_share
@@ -338,7 +341,8 @@ class Parameters:
 def parameters(sizes: ModelSizes, plan: Plan, lay: Layout) -> Parameters:
     """Dense weights are reduced over d x c ranks t apart; expert weights, split e ways
     and over ``expert_tp`` ranks, over the t d c / (e etp) replicas of each expert (ranks
-    etp x c x e apart), as in Megatron-Core's expert-data-parallel group."""
+    etp x e apart), as in Megatron-Core's expert-data-parallel group (see
+    :func:`expert_comm` for how it folds the context-parallel ranks in)."""
     extra_output = (sizes.embedding_copies - 1) * sizes.vocab_size * sizes.hidden_size
     embeddings = where(plan.pp > 1, sizes.embedding_params, sizes.embedding_params + extra_output)
     dense = (sizes.layer_params * lay.stage_share + embeddings) / plan.tp
@@ -346,7 +350,7 @@ def parameters(sizes: ModelSizes, plan: Plan, lay: Layout) -> Parameters:
     experts = sizes.expert_params * lay.stage_share / (plan.ep * etp)
     groups = ((dense, plan.dp * plan.cp, plan.tp),)
     if sizes.experts:
-        groups += ((experts, plan.tp * plan.dp * plan.cp / (plan.ep * etp), etp * plan.cp * plan.ep),)
+        groups += ((experts, plan.tp * plan.dp * plan.cp / (plan.ep * etp), etp * plan.ep),)
     return Parameters(dense=dense, experts=experts, groups=groups)
 
 
