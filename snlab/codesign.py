@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from . import grid, schema
+from . import grid, schema, topology
 from .compare import CLUSTER, SCALE_MODELS
 from .errors import SnlabError
 from .hardware import field_dimension
@@ -47,7 +47,7 @@ DESIGN = ("scale_up_domain_size", "scale_up_bandwidth", "hbm_capacity")
 
 def divisors(n: int) -> list[int]:
     """The data-parallel degrees a plan of ``n`` devices can take."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    return topology.divisors(n)
 
 
 def design_axes(base=CLUSTER, domains=DOMAINS, bandwidths=BANDWIDTHS_B_PER_S, hbm_scales=HBM_SCALES) -> dict:
