@@ -9,21 +9,11 @@ formulas, is made before timing.
 
 from __future__ import annotations
 
-import time
-
 import snlab
+from bench_training import best_of
 
 SYSTEMS = ("dgx-h100", "gb300-nvl72", "mi300x-platform", "tpu-v5p-pod", "tpu7x-pod", "atlas-950-superpod",
            "cloudmatrix384-cluster")
-
-
-def best_of(fn, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
@@ -32,7 +22,8 @@ def main() -> None:
         for system in SYSTEMS:
             snlab.search(model, system, devices=devices, global_batch=batch, top=1)     # compile first
             found = {}
-            t = best_of(lambda: found.update(df=snlab.search(model, system, devices=devices, global_batch=batch)))
+            t = best_of(lambda: found.update(df=snlab.search(model, system, devices=devices, global_batch=batch)),
+                        repeats=3)
             worst = max(worst, t)
             best = found["df"].iloc[0] if len(found["df"]) else None
             plan = (f"tp {best.tp} pp {best.pp} dp {best.dp} cp {best.cp}"
@@ -42,7 +33,8 @@ def main() -> None:
     print(f"slowest search: {worst:.3f} s ({'under' if worst < 1 else 'OVER'} the 1 s target)")
     calls = 1000
     snlab.collective("tpu-v5p-pod", "all-reduce", 1e9, 64)
-    t = best_of(lambda: [snlab.collective("tpu-v5p-pod", "all-reduce", 1e6 * (1 + i % 7), 64) for i in range(calls)])
+    t = best_of(lambda: [snlab.collective("tpu-v5p-pod", "all-reduce", 1e6 * (1 + i % 7), 64) for i in range(calls)],
+                repeats=3)
     print(f"collective on a torus, {calls:,} single calls: {t / calls * 1e3:.2f} ms per call")
 
 

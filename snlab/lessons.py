@@ -108,16 +108,22 @@ def ratio_band(a: tuple, b: tuple, value: float) -> tuple[float, float]:
 
 # --- the questions ----------------------------------------------------------------------------
 
-def supernode_mfu() -> Question:
-    """Lesson 00: how much higher the supernode's MFU is for the 1T model on 384 devices."""
+def _mfu_ratio(model: str) -> tuple[float, float, float, float, float]:
+    """The supernode's and the cluster's MFU for ``model`` on 384 devices, each at its best
+    plan, their ratio, and the ratio's band from both systems' training bands."""
     from . import compare
     from .presets import system
-    best = compare.best_plans(["megatron-1t"], ["pcie-ethernet-a100", "cloudmatrix384"], devices=384,
-                              global_batch=768).set_index("system")
-    cm, cl = float(best.loc["cloudmatrix384", "mfu"]), float(best.loc["pcie-ethernet-a100", "mfu"])
+    best = compare.best_plans([model], [CLUSTER, SUPERNODE], devices=384, global_batch=768).set_index("system")
+    cm, cl = float(best.loc[SUPERNODE, "mfu"]), float(best.loc[CLUSTER, "mfu"])
     ratio = cm / cl
-    low, high = ratio_band(speed_band("training", system("cloudmatrix384").device.family, cm),
-                           speed_band("training", system("pcie-ethernet-a100").device.family, cl), ratio)
+    low, high = ratio_band(speed_band("training", system(SUPERNODE).device.family, cm),
+                           speed_band("training", system(CLUSTER).device.family, cl), ratio)
+    return cm, cl, ratio, low, high
+
+
+def supernode_mfu() -> Question:
+    """Lesson 00: how much higher the supernode's MFU is for the 1T model on 384 devices."""
+    cm, cl, ratio, low, high = _mfu_ratio("megatron-1t")
     edges = (1 / 1.1, 1.1)
     options = ("clearly lower (by more than 10%, errors included)", "about the same (within 10%)",
                "clearly higher (by more than 10%, errors included)")
@@ -261,13 +267,7 @@ def small_model_mfu() -> Question:
     runs, so it takes the widest band of the regime, and the ratio's band spans about -17% to
     +24%: edges at 10%, as lesson 00 asks for the 1T model, would sit inside it, so the
     question asks for a factor of 1.5 (about the supernode's lead at 1T)."""
-    from . import compare
-    from .presets import system
-    best = compare.best_plans(["llama3.2-1b"], [CLUSTER, SUPERNODE], devices=384, global_batch=768).set_index("system")
-    cm, cl = float(best.loc[SUPERNODE, "mfu"]), float(best.loc[CLUSTER, "mfu"])
-    ratio = cm / cl
-    low, high = ratio_band(speed_band("training", system(SUPERNODE).device.family, cm),
-                           speed_band("training", system(CLUSTER).device.family, cl), ratio)
+    cm, cl, ratio, low, high = _mfu_ratio("llama3.2-1b")
     edges = (1 / 1.5, 1.5)
     options = ("clearly lower (the cluster's over 1.5 times the supernode's, errors included)",
                "about the same (within a factor of 1.5, errors included)",

@@ -140,3 +140,13 @@ def test_design_axes_read_units_and_always_hold_the_base():
     table = codesign.designs("llama3-8b", bandwidths="400 GB/s", hbm_scales=1.5, domains=16)
     assert sorted(table["scale_up_bandwidth"].unique()) == [31.5e9, 400e9]
     assert table["base"].sum() == 1 and len(table) == 2 * 2 * 2
+
+
+def test_a_system_object_is_explored_as_given_not_as_its_namesake():
+    """A what-if base keeps its own numbers: the A100 cluster with a 16-device domain has
+    16 among its designs' domains and its own base row (not the shipped cluster's 8)."""
+    wider = load_system(CLUSTER).replace(scale_up_domain_size=16)
+    table = codesign.designs("llama3-8b", wider, domains=[32])
+    assert sorted(table["scale_up_domain_size"].unique()) == [16, 32]
+    assert table.loc[table["base"], "scale_up_domain_size"].item() == 16
+    assert table["model"].iloc[0] == "llama3-8b" and table.attrs["base"] == CLUSTER

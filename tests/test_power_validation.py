@@ -8,6 +8,7 @@ why in ``outside`` and is a strict expected failure.
 """
 
 import pytest
+from conftest import assert_within, published_rows
 
 from snlab import presets
 from snlab.validation import power as pv
@@ -15,17 +16,9 @@ from snlab.validation import power as pv
 TABLE = pv.power_table()
 
 
-def _checked(row):
-    if row["outside"]:
-        return pytest.param(row, marks=pytest.mark.xfail(reason=row["outside"], strict=True), id=row["id"])
-    return pytest.param(row, id=row["id"])
-
-
-@pytest.mark.parametrize("row", [_checked(r) for r in TABLE.to_dict("records")])
+@pytest.mark.parametrize("row", published_rows(TABLE.to_dict("records")))
 def test_prediction_within_tolerance(row):
-    assert abs(row["error"]) <= row["tolerance"], (
-        f"{row['id']} ({row['where']}): predicted {row['predicted']:.4g} vs measured {row['measured']:.4g} "
-        f"{row['metric']}: {row['error']:+.1%}, outside the {row['regime']} tolerance of {row['tolerance']:.0%}")
+    assert_within(row)
 
 
 def test_one_tolerance_per_regime_and_enough_rows_within_it():

@@ -11,6 +11,7 @@ within the tolerance its reason must go (strict).
 """
 
 import pytest
+from conftest import assert_within, published_rows
 
 from snlab.presets import bibliography
 from snlab.serving.deployment import DEFAULTS
@@ -19,18 +20,9 @@ from snlab.validation import serving as sv_runs
 TABLE = sv_runs.serving_table()
 
 
-def _checked(row):
-    if row["outside"]:
-        return pytest.param(row, marks=pytest.mark.xfail(reason=row["outside"], strict=True), id=row["id"])
-    return pytest.param(row, id=row["id"])
-
-
-@pytest.mark.parametrize("row", [_checked(r) for r in TABLE.to_dict("records")])
+@pytest.mark.parametrize("row", published_rows(TABLE.to_dict("records")))
 def test_prediction_within_tolerance(row):
-    assert abs(row["error"]) <= row["tolerance"], (
-        f"{row['id']} ({row['where']}): predicted {row['predicted']:.4g} vs measured "
-        f"{row['measured']:.4g} {row['metric']}: {row['error']:+.1%}, outside the {row['regime']} "
-        f"tolerance of {row['tolerance']:.0%}")
+    assert_within(row)
 
 
 def test_one_tolerance_per_regime():

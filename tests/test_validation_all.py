@@ -4,26 +4,17 @@ the summary the README quotes."""
 from pathlib import Path
 
 import pytest
+from conftest import assert_within, published_rows
 
 from snlab import charts, validation
 
 TABLE = validation.table()
 
 
-def _checked(row):
-    """A row that says why the model misses it is expected outside its tolerance
-    (strictly: if it comes within, its reason must go)."""
-    if row["outside"]:
-        return pytest.param(row, marks=pytest.mark.xfail(reason=row["outside"], strict=True), id=row["id"])
-    return pytest.param(row, id=row["id"])
-
-
-@pytest.mark.parametrize("row", [_checked(r) for r in TABLE[TABLE.kind == "memory"].fillna({"outside": ""})
-                                 .to_dict("records")])
+@pytest.mark.parametrize("row", published_rows(TABLE[TABLE.kind == "memory"].fillna({"outside": ""})
+                                              .to_dict("records")))
 def test_memory_figures_within_tolerance(row):
-    assert abs(row["error"]) <= row["tolerance"], (
-        f"{row['id']} ({row['where']}): predicted {row['predicted']:.4g} vs measured {row['measured']:.4g}: "
-        f"{row['error']:+.1%}, outside the memory regime's {row['tolerance']:.0%}")
+    assert_within(row, "memory regime's")
 
 
 def test_one_tolerance_per_kind_of_run():

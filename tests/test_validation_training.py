@@ -18,26 +18,16 @@ attention kernel and gradient type at the planner's defaults.
 """
 
 import pytest
+from conftest import assert_within, published_rows
 
 from snlab import validation
 
 TABLE = validation.training_table()
 
 
-def _checked(row):
-    """A row that says why the model misses it is expected outside the tolerance
-    (strictly: if it comes within, the reason must go)."""
-    if row["outside"]:
-        return pytest.param(row, marks=pytest.mark.xfail(reason=row["outside"], strict=True), id=row["id"])
-    return pytest.param(row, id=row["id"])
-
-
-@pytest.mark.parametrize("row", [_checked(r) for r in TABLE.to_dict("records")])
+@pytest.mark.parametrize("row", published_rows(TABLE.to_dict("records")))
 def test_prediction_within_tolerance(row):
-    assert abs(row["error"]) <= row["tolerance"], (
-        f"{row['id']} ({row['where']}): predicted {row['predicted']:.4g} vs measured "
-        f"{row['measured']:.4g} {row['metric']}: {row['error']:+.1%}, outside the training regime's "
-        f"{row['tolerance']:.0%}")
+    assert_within(row, "training regime's")
 
 
 def test_one_tolerance_for_the_regime():
