@@ -70,6 +70,16 @@ def binned(value: float, low: float, high: float, edges, labels, same: str | Non
     return labels[index]
 
 
+def answered(key: str, question: str, options: tuple, explanation: str, value: float, low: float | None = None,
+             high: float | None = None, edges: tuple = ()) -> Question:
+    """A question whose answer is the option ``value`` falls in (:func:`binned`), decided
+    by the band ``low`` to ``high`` (``value`` itself when the band is not given)."""
+    low = value if low is None else low
+    high = value if high is None else high
+    return Question(key, question, options, binned(value, low, high, edges, options), explanation, value, low, high,
+                    edges)
+
+
 def widest_band(regime: str) -> uncertainty.Band:
     """The widest band any chip family of ``regime`` shows: what a family without
     published runs is given."""
@@ -127,9 +137,8 @@ def supernode_mfu() -> Question:
     edges = (1 / 1.1, 1.1)
     options = ("clearly lower (by more than 10%, errors included)", "about the same (within 10%)",
                "clearly higher (by more than 10%, errors included)")
-    return Question("supernode-mfu", "For the 1T model on 384 devices, each system with its best plan: is the "
+    return answered("supernode-mfu", "For the 1T model on 384 devices, each system with its best plan: is the "
                     "supernode's MFU higher than the cluster's, by more than the model's error?", options,
-                    binned(ratio, low, high, edges, options),
                     f"MFU {cm:.0%} against {cl:.0%}, {ratio:.2f} times; with the model's error bands the ratio lies "
                     f"between {low:.2f} and {high:.2f}. The cluster loses more of its step to exposed communication, "
                     "the pipeline bubble and the compute slowed by the communication it hides, and more to "
@@ -144,11 +153,11 @@ def throttled_step() -> Question:
     slowdown = float(df["step_time_s"].iloc[0] / df["step_time_s"].iloc[1] - 1)
     edges = (0.10, 0.235)
     options = ("less than 10% slower", "10% to 23% slower", "about 25% slower or more (1 / 0.8 = 1.25)")
-    return Question("throttled-step", "The clock sustains 80% of its peak. How much slower is a training step of "
-                    "Llama-3 70B on 256 H100s?", options, binned(slowdown, slowdown, slowdown, edges, options),
+    return answered("throttled-step", "The clock sustains 80% of its peak. How much slower is a training step of "
+                    "Llama-3 70B on 256 H100s?", options,
                     f"The model says {slowdown:.0%}: only the compute-bound part of the step stretches by 1 / 0.8; "
                     "communication, memory-bound kernels and the waiting they cause do not.",
-                    slowdown, slowdown, slowdown, edges)
+                    slowdown, edges=edges)
 
 
 def zero_stage_that_fits() -> Question:
@@ -195,8 +204,8 @@ def small_all_reduce() -> Question:
     edges = (1.0, 10.0)
     options = ("under a microsecond (almost free)", "a few microseconds (1 to 10 µs)",
                "tens of microseconds (10 µs or more)")
-    return Question("small-all-reduce", "How long does a 64 kB all-reduce over 16 devices take on CloudMatrix384, "
-                    "inside its bus?", options, binned(t, low, high, edges, options),
+    return answered("small-all-reduce", "How long does a 64 kB all-reduce over 16 devices take on CloudMatrix384, "
+                    "inside its bus?", options,
                     f"{t:.0f} µs on the supernode, {small[CLUSTER]:.0f} µs on the cluster "
                     f"({small[CLUSTER] / t:.1f} times as long); within the collectives' "
                     f"{TOLERANCE['collective']:.0%} tolerance the supernode's time lies between {low:.0f} and "
@@ -250,14 +259,13 @@ def torus_axes() -> Question:
     gain = cube.bus_bandwidth / ring.bus_bandwidth
     edges = (1.5, 2.5, 4.5)
     options = ("about the same", "about 2x", "about 3x", "about 6x")
-    return Question("torus-axes", "A 1 GB all-reduce over 64 TPU v5p chips: how much more bus bandwidth does a "
+    return answered("torus-axes", "A 1 GB all-reduce over 64 TPU v5p chips: how much more bus bandwidth does a "
                     "4x4x4 slice get than one ring of the same chips?", options,
-                    binned(gain, gain, gain, edges, options),
                     f"{gain:.2f} times ({cube.bus_bandwidth / 1e9:.0f} against {ring.bus_bandwidth / 1e9:.0f} GB/s). "
                     "Not 6x: three times the links, but the three chunks pass each other's axes too. Each axis "
                     "carries its own third of the buffer plus the others already reduced 4 and 16 times: 21/64 of "
                     "the buffer against 63/64 on the ring, a factor 3, the number of axes.",
-                    gain, gain, gain, edges)
+                    gain, edges=edges)
 
 
 def small_model_mfu() -> Question:
@@ -272,9 +280,8 @@ def small_model_mfu() -> Question:
     options = ("clearly lower (the cluster's over 1.5 times the supernode's, errors included)",
                "about the same (within a factor of 1.5, errors included)",
                "clearly higher (over 1.5 times the cluster's, errors included)")
-    return Question("small-model-mfu", "For Llama 3.2 1B on 384 devices, each system with its best plan: how does "
+    return answered("small-model-mfu", "For Llama 3.2 1B on 384 devices, each system with its best plan: how does "
                     "the supernode's MFU compare with the cluster's?", options,
-                    binned(ratio, low, high, edges, options),
                     f"MFU {cm:.0%} against {cl:.0%}, {ratio:.2f} times; with the model's error bands the ratio lies "
                     f"between {low:.2f} and {high:.2f}. A small model trains data-parallel: one gradient all-reduce "
                     "per step, hidden behind compute on either network. The supernode's bus has almost nothing to do "
@@ -295,14 +302,13 @@ def quarter_micro_batch() -> Question:
     edges = (1 / (1 + EDGE_MARGIN), 1 + EDGE_MARGIN)
     options = ("clearly faster (by more than 10%)", "about the same (within 10%)", "clearly slower (by more than 10%)")
     near = sorted(int(m) for m, t in steps[SUPERNODE].items() if t <= steps[SUPERNODE].min() * (1 + EDGE_MARGIN))
-    return Question("quarter-micro-batch", "The article advises micro-batches a quarter the size on a supernode "
+    return answered("quarter-micro-batch", "The article advises micro-batches a quarter the size on a supernode "
                     f"(claim C12). With 256-token sequences the cluster runs best at micro-batch {cluster_best}. On the "
                     f"supernode, how does micro-batch {quarter} compare with its best?", options,
-                    binned(ratio, ratio, ratio, edges, options),
                     f"Micro-batch {quarter} takes {ratio:.2f} times the supernode's best step; micro-batches "
                     f"{', '.join(map(str, near))} are all within 10% of it. The supernode's cheap bandwidth leaves the "
                     "fixed per-micro-batch costs (weights read, message latency) as what larger micro-batches save: no "
-                    "quarter-size rule.", ratio, ratio, ratio, edges)
+                    "quarter-size rule.", ratio, edges=edges)
 
 
 def million_token_decode() -> Question:
@@ -323,9 +329,8 @@ def million_token_decode() -> Question:
     options = ("less than twice", "2 to 3 times", "more than 3 times")
     spilled = " and ".join(t for t, col in (("host DRAM", "kv_host_bytes_per_device"), ("SSD", "kv_ssd_bytes_per_device"))
                            if dgx[col] > 0) or "nothing"
-    return Question("million-token-decode", "Eight sequences of a million tokens each, Llama-3 70B on 8 devices: how "
+    return answered("million-token-decode", "Eight sequences of a million tokens each, Llama-3 70B on 8 devices: how "
                     "much more decode throughput per device does CloudMatrix384 get than a DGX H100?", options,
-                    binned(speedup, low, high, edges, options),
                     f"{speedup:.1f} times ({cm[rate]:.2f} against {dgx[rate]:.2f} tokens/s per device); with both "
                     f"systems' decode error bands, between {low:.1f} and {high:.1f}. Of the "
                     f"{dgx.kv_cache_bytes_per_device / 1e9:.0f} GB of KV cache per device, the DGX keeps "
@@ -349,12 +354,12 @@ def bus_worth_small_model() -> Question:
     small, big = float(worth["llama3.2-1b"]), float(worth["megatron-1t"])
     edges = (0.10,)
     options = ("almost nothing (under 10%)", "10% or more")
-    return Question("bus-worth-small-model", "For Llama 3.2 1B on 384 devices, how much more per device-hour is the "
-                    "supernode's bus worth?", options, binned(small, small, small, edges, options),
+    return answered("bus-worth-small-model", "For Llama 3.2 1B on 384 devices, how much more per device-hour is the "
+                    "supernode's bus worth?", options,
                     f"{small:.0%} for 1B, {big:.0%} for 1T: the cluster's A100s on the supernode's bus against the "
                     "same A100s on PCIe and Ethernet. A small model trains data-parallel with one hidden gradient "
                     "all-reduce per step: nothing for the bus to speed up (claim C14). Buy the cheaper cluster, and "
-                    "dynamic batching for serving.", small, small, small, edges)
+                    "dynamic batching for serving.", small, edges=edges)
 
 
 def deep_pipeline() -> Question:
@@ -386,14 +391,14 @@ def air_cooled_supernode() -> Question:
     limit = numbers[f"rack limit of the air room, {SUPERNODE} [kW]"]
     edges = (0.15, 0.25)
     options = ("less than 15%", "about 20% (15% to 25%)", "more than 25%")
-    return Question("air-cooled-supernode", f"CloudMatrix384, built for liquid, stands in an air-cooled room whose "
+    return answered("air-cooled-supernode", f"CloudMatrix384, built for liquid, stands in an air-cooled room whose "
                     f"racks may draw {limit:.0f} kW. How much of its throughput does a Llama-3 70B training run "
-                    "lose?", options, binned(lost, lost, lost, edges, options),
+                    "lose?", options,
                     f"{lost:.0%}: its racks would draw {numbers[f'rack power at full clock, {SUPERNODE} [kW]']:.0f} kW "
                     f"at full clock and the room removes {limit:.0f}, so the clock falls to "
                     f"{numbers[f'sustained clock under air, {SUPERNODE}']:.2f}. A DGX H100, built for air, loses "
                     f"{numbers['throughput lost under air, dgx-h100']:.0%}. The loss is the room's, not the air's; "
-                    "the clock law holds the voltage fixed, an upper bound on the loss.", lost, lost, lost, edges)
+                    "the clock law holds the voltage fixed, an upper bound on the loss.", lost, edges=edges)
 
 
 def least_energy_per_token() -> Question:
@@ -442,9 +447,8 @@ def cluster_cost_ratio() -> Question:
                            time_band("serving decode", system(SUPERNODE).device.family, cost[SUPERNODE]), ratio)
     edges = (1.25, 3.0)
     options = ("about the same", "1.25 to 3 times", "more than 3 times")
-    return Question("cluster-cost-ratio", "Per million output tokens of Llama 3 70B, how many times what "
+    return answered("cluster-cost-ratio", "Per million output tokens of Llama 3 70B, how many times what "
                     "CloudMatrix384 costs does the PCIe/Ethernet cluster cost?", options,
-                    binned(ratio, low, high, edges, options),
                     f"{ratio:.1f} times: ${cost[CLUSTER]:.3g} against ${cost[SUPERNODE]:.3g}; with both systems' "
                     f"decode error bands, between {low:.1f} and {high:.1f} times. The cluster's eight A100 PCIe cards "
                     "per replica spend most of each decode step on tensor-parallel all-reduces over PCIe, drawing "
@@ -496,8 +500,8 @@ def queue_ttft() -> Question:
     below = p90.index[p90.index < over].max()
     edges = (5.0, 10.0)
     options = ("below 5 requests/s", "5 to 10 requests/s", "above 10 requests/s")
-    return Question("queue-ttft", "Llama 3 70B on one DGX H100 server, Azure conversation requests: from which rate "
-                    "does the p90 time to first token exceed 1 s?", options, binned(rate, low, high, edges, options),
+    return answered("queue-ttft", "Llama 3 70B on one DGX H100 server, Azure conversation requests: from which rate "
+                    "does the p90 time to first token exceed 1 s?", options,
                     f"Between {below} and {over} requests/s ({p90[below]:.2f} s and {p90[over]:.2f} s), at about "
                     f"{rate:.0f}; with times to first token a quarter longer, the tolerance of published runs under "
                     f"load, at about {low:.0f}. At low rates a prompt rarely waits; near the server's capacity every "
@@ -520,8 +524,8 @@ def kv_transfer_ratio() -> Question:
     low, high = ratio_band(tolerance_band(t["dgx-h100"], tol), tolerance_band(t[SUPERNODE], tol), ratio)
     edges = (1.5, 3.0)
     options = ("about the same (less than 1.5 times)", "1.5 to 3 times longer", "more than 3 times longer")
-    return Question("kv-transfer-ratio", "How much longer is a request's KV transfer, prefill to decode, on the DGX "
-                    "H100 cluster than on CloudMatrix384?", options, binned(ratio, low, high, edges, options),
+    return answered("kv-transfer-ratio", "How much longer is a request's KV transfer, prefill to decode, on the DGX "
+                    "H100 cluster than on CloudMatrix384?", options,
                     f"{ratio:.1f} times ({t['dgx-h100'] * 1e3:.2f} ms against {t[SUPERNODE] * 1e3:.2f} ms a request); "
                     f"within the collectives' {tol:.0%} tolerance on each, between {low:.1f} and {high:.1f}. It is the "
                     f"ratio of the links, {bw[SUPERNODE] / 1e9:,.0f} GB/s over the bus against "
@@ -544,8 +548,8 @@ def queue_pool_gain() -> Question:
     low, high = ratio_band(speed_band("serving decode", family, gain), speed_band("serving decode", family, 1.0), gain)
     edges = (2.0, 3.0)
     options = ("less than twice", "2 to 3 times", "several-fold (3 times or more)")
-    return Question("queue-pool-gain", "32 users of 128K-token contexts: output per device with the pool over "
-                    "spilling to host memory?", options, binned(gain, low, high, edges, options),
+    return answered("queue-pool-gain", "32 users of 128K-token contexts: output per device with the pool over "
+                    "spilling to host memory?", options,
                     f"{gain:.2f} times; with the decode error band on both, between {low:.2f} and {high:.2f}. Both "
                     f"hold the whole queue (a batch of {c13.numbers['decode batch with a queue, pool / host']}): every "
                     "step reads it over the bus or over PCIe; the pool reads faster, but its "
@@ -576,13 +580,13 @@ def codesign_domain_alone() -> Question:
     wide = table[(table["scale_up_domain_size"] == table["scale_up_domain_size"].max())
                  & (table["scale_up_bandwidth"] == base["scale_up_bandwidth"])
                  & (table["hbm_capacity"] == base["hbm_capacity"])].iloc[0]
-    return Question("codesign-domain-alone", "The 1T model on 384 A100s: put all 384 on one scale-up bus, but keep "
+    return answered("codesign-domain-alone", "The 1T model on 384 A100s: put all 384 on one scale-up bus, but keep "
                     f"the bus at PCIe's {base['scale_up_bandwidth'] / 1e9:.1f} GB/s per direction. How much faster "
-                    "does it train than in servers of 8?", options, binned(gain, gain, gain, edges, options),
+                    "does it train than in servers of 8?", options,
                     f"{gain - 1:.0%}: the best plan goes from {_plan(base)} to {_plan(wide)}. Memory, not the "
                     "network, shapes the plan at 80 GiB a device, and the tensor-parallel all-reduces it sends run at "
                     "the same PCIe speed in a big domain as in a server: devices on one bus buy little without the "
-                    "bandwidth to go with them.", gain, gain, gain, edges)
+                    "bandwidth to go with them.", gain, edges=edges)
 
 
 def codesign_best_gain() -> Question:
@@ -596,14 +600,14 @@ def codesign_best_gain() -> Question:
                 if gain > product else f"Together they do less than the product of each alone ({product:.2f}).")
     edges = (1.25, 2.0)
     options = ("less than 25%", "25% to 2x", "more than 2x")
-    return Question("codesign-best-gain", "The same job: now each of the three may change at once (up to 384 devices "
+    return answered("codesign-best-gain", "The same job: now each of the three may change at once (up to 384 devices "
                     "on a bus, up to 400 GB/s per direction, twice the HBM). How much faster than the cluster is "
-                    "the best design?", options, binned(gain, gain, gain, edges, options),
+                    "the best design?", options,
                     f"{gain:.2f} times, with {int(best['scale_up_domain_size'])} devices on a "
                     f"{best['scale_up_bandwidth'] / 1e9:.0f} GB/s bus and {best['hbm_capacity'] / 1e9:.0f} GB of HBM "
                     f"(each alone: domain {parts['scale_up_domain_size']:.2f}, bandwidth "
                     f"{parts['scale_up_bandwidth']:.2f}, HBM {parts['hbm_capacity']:.2f}; best plan "
-                    f"{_plan(best)}). {together}", gain, gain, gain, edges)
+                    f"{_plan(best)}). {together}", gain, edges=edges)
 
 
 def codesign_small_model() -> Question:
@@ -613,12 +617,12 @@ def codesign_small_model() -> Question:
     edges = (1.2,)
     options = ("less than 20%: the cluster stays the better buy at any larger premium",
                "20% or more")
-    return Question("codesign-small-model", "Llama 3 8B on the same 384 A100s: how much faster is the best design "
-                    "of the grid than the cluster?", options, binned(gain, gain, gain, edges, options),
+    return answered("codesign-small-model", "Llama 3 8B on the same 384 A100s: how much faster is the best design "
+                    "of the grid than the cluster?", options,
                     f"{gain - 1:.0%}: the most any fabric of the grid is worth per device for this model. Its best "
                     f"plan is {_plan(table[table['base']].iloc[0])} on the cluster: one gradient all-reduce a step, "
                     "mostly behind compute. A supernode whose devices cost more than that over the cluster's is the "
-                    "worse buy (claim C14).", gain, gain, gain, edges)
+                    "worse buy (claim C14).", gain, edges=edges)
 
 
 QUESTIONS = {"supernode-mfu": supernode_mfu, "throttled-step": throttled_step, "zero-stage-that-fits": zero_stage_that_fits,
@@ -640,5 +644,5 @@ def question(key: str) -> Question:
     return QUESTIONS[key]()
 
 
-__all__ = ["Question", "QUESTIONS", "question", "binned", "ratio_band", "speed_band", "time_band", "tolerance_band",
-           "widest_band", "EDGE_MARGIN"]
+__all__ = ["Question", "QUESTIONS", "question", "answered", "binned", "ratio_band", "speed_band", "time_band",
+           "tolerance_band", "widest_band", "EDGE_MARGIN"]

@@ -57,6 +57,13 @@ def test_an_edge_inside_the_band_is_about_the_same():
         lessons.question("nope")
 
 
+def test_an_answered_question_takes_the_option_its_value_falls_in():
+    point = lessons.answered("k", "?", ("low", "mid", "high"), "", 1.3, edges=(1.1, 2.0))
+    assert (point.answer, point.low, point.high) == ("mid", 1.3, 1.3) and point.decided()
+    band = lessons.answered("k", "?", ("low", "high"), "", 1.05, 1.0, 1.12, (1.1,))
+    assert band.answer == "low" and not band.decided()
+
+
 def _cells(name):
     return json.loads((NOTEBOOKS / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
 
