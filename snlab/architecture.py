@@ -18,8 +18,9 @@ PACKAGE = Path(__file__).parent
 
 #: the layers, bottom first, each with its rooms and what a contributor puts there
 LAYERS = (
-    ("foundations", ("errors", "units", "symbols", "formula", "formula_cache", "files"),
-     "errors, unit conversion, the nomenclature, Formula and its compiled code on disk, whole-file writes"),
+    ("foundations", ("errors", "units", "symbols", "formula", "formula_cache", "files", "kernel"),
+     "errors, unit conversion, the nomenclature, Formula and its compiled code on disk, whole-file writes, "
+     "scalar kernels traced from the planners' chains"),
     ("walls", ("walls", "sizing"), "the four walls (and serving) as sympy formulas, one module each; a "
                                     "model's sizes from them"),
     ("presets", ("schema", "specs", "presets", "power_cooling"), "preset data, its schema, frozen objects; a "

@@ -19,6 +19,9 @@ from .energy_prices import Prices, example_prices, prices  # noqa: F401 (re-expo
 from .grid import maximum, minimum, spread, where
 from .power_cooling import KINDS, NO_CAP, CoolingState, cooled, cooling_state  # noqa: F401 (re-exported)
 from .walls import power as pw
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: seconds in an hour, tokens in a million, FLOP/s in a TFLOP/s
 HOUR_S, MILLION, TERA = 3600.0, 1e6, 1e12

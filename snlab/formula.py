@@ -26,9 +26,11 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from . import formula_cache
+from . import formula_cache, kernel
 from .errors import SnlabError
 from .symbols import NOMENCLATURE, ORDER, describe_dimension, dimension, latex_names
+
+kernel.loaded(__name__)
 
 _ANY = None  # the dimension of 0: compatible with every other
 _NONE = dimension("1")  # a pure number
@@ -229,6 +231,8 @@ class Formula:
             else:
                 if out == out and type(out) is not bool:       # not NaN, not a comparison
                     return out if type(out) is np.float64 else np.float64(out)
+        if any(type(a) is kernel.Traced for a in args):
+            return kernel.formula_call(self, args)
         out = self.func(*[_float64(a) for a in args])
         if isinstance(out, float):
             return out

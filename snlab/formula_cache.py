@@ -38,6 +38,9 @@ import sys
 import types
 from pathlib import Path
 from typing import Callable
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: the layout of entries and keys: change it to set every cached entry aside
 FORMAT = "snlab-formula-cache-1"

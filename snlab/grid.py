@@ -15,9 +15,11 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import schema
+from . import kernel, schema
 from .errors import SnlabError
 from .units import parse_quantity
+
+kernel.loaded(__name__)
 
 #: the most configurations one call evaluates at once: about 1 kB of outputs and
 #: intermediates per row keeps this under a few GB
@@ -183,7 +185,8 @@ def where(cond, a, b):
     if type(cond) in _BOOLS and type(a) in _SCALARS and type(b) in _SCALARS:
         x = a if cond else b
         return _PYTHON_SCALARS[type(x)](x) if type(x) in _PYTHON_SCALARS else x
-    return np.where(cond, a, b)[()]
+    out = np.where(cond, a, b)
+    return out if type(out) is kernel.Traced else out[()]
 
 
 #: Python integers a float64 holds exactly
@@ -237,6 +240,8 @@ def rounded(x):
     """``x`` rounded to the nearest integer as int64: a numpy scalar for a scalar, an
     array for an array (exact integer arithmetic for the plan rules and stage splits)."""
     if type(x) in _SCALAR_NUMBERS or np.ndim(x) == 0:
+        if type(x) is kernel.Traced:
+            return kernel.rounded(x)
         return np.int64(round(float(x)))
     return np.round(x).astype(np.int64)
 
@@ -247,6 +252,14 @@ def at_largest(keys: Sequence, *choices: Sequence) -> tuple:
     if all(type(k) in _NUMPY_SCALARS or type(k) in _PYTHON_SCALARS for k in keys):
         i = max(range(len(keys)), key=keys.__getitem__)
         return tuple(c[i] for c in choices)
+    if any(type(k) is kernel.Traced for k in keys):
+        # the same choice as comparisons: a later key wins only when it is larger
+        best, picked = keys[0], [c[0] for c in choices]
+        for i in range(1, len(keys)):
+            larger = keys[i] > best
+            best = where(larger, keys[i], best)
+            picked = [where(larger, c[i], p) for c, p in zip(choices, picked)]
+        return tuple(picked)
     i = np.argmax(np.stack(np.broadcast_arrays(*keys)), axis=0)
     return tuple(np.choose(i, np.broadcast_arrays(*c)) for c in choices)
 
@@ -255,6 +268,11 @@ def first_broken(conditions: Sequence) -> np.ndarray:
     """Index of the first true condition per row (a rule broken), or -1 when none is."""
     if all(type(c) in _BOOLS for c in conditions):
         return np.int16(next((i for i, c in enumerate(conditions) if c), -1))
+    if any(type(c) is kernel.Traced for c in conditions):
+        first = -1
+        for i in range(len(conditions) - 1, -1, -1):
+            first = where(conditions[i], i, first)
+        return first
     first = np.full(np.broadcast(*conditions).shape, -1, dtype=np.int16)
     for i in range(len(conditions) - 1, -1, -1):
         first = np.where(conditions[i], i, first)

@@ -17,6 +17,9 @@ import numpy as np
 
 from .formula_cache import generation
 from .walls import memory as mw
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 if TYPE_CHECKING:
     from .specs import System

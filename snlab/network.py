@@ -32,6 +32,9 @@ from . import topology as topo
 from .hardware import ACTIVATION_BYTES, Hardware, memo
 from .walls import communication as cm
 from .walls import serving as sv
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: the scalar types whose groups' placements and levels are kept per hardware
 SCALARS = frozenset((float, int, np.float64, np.int64))

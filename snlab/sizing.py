@@ -15,6 +15,9 @@ import numpy as np
 
 from .walls import compute as cw
 from .walls import memory as mw
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 if TYPE_CHECKING:
     from .specs import Model

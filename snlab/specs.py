@@ -16,6 +16,9 @@ from typing import Iterator, Mapping
 from . import schema
 from .errors import SnlabError
 from .units import fmt_bytes, fmt_seconds
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ import numpy as np
 
 from .errors import SnlabError
 from .grid import where
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 AXES = "xyz"
 

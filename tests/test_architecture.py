@@ -112,7 +112,8 @@ def test_autoreload_picks_up_an_edited_wall(tmp_path):
         ip.run_line_magic("load_ext", "autoreload")
         ip.run_line_magic("autoreload", "2")
         ip.run_cell("import snlab; assert snlab.__file__.startswith({str(tmp_path)!r})")
-        ip.run_cell("t0 = snlab.train('llama3-8b', 'dgx-h100', tp=8, global_batch=8).step_time_s")
+        # enough calls that the plan runs its scalar kernel (snlab.kernel) before the edit and after
+        ip.run_cell("for _ in range(20): t0 = snlab.train('llama3-8b', 'dgx-h100', tp=8, global_batch=8).step_time_s")
         path = {str(tmp_path / 'snlab' / 'walls' / 'compute.py')!r}
         text = open(path).read()
         edited = text.replace("sp.Max(W / (etac * kap * Fpk), Q / (etam * Bm))",
@@ -120,13 +121,15 @@ def test_autoreload_picks_up_an_edited_wall(tmp_path):
         assert edited != text
         time.sleep(1.1)
         open(path, "w").write(edited)
-        ip.run_cell("t1 = snlab.train('llama3-8b', 'dgx-h100', tp=8, global_batch=8).step_time_s")
+        ip.run_cell("for _ in range(20): t1 = snlab.train('llama3-8b', 'dgx-h100', tp=8, global_batch=8).step_time_s")
+        ip.run_cell("from snlab.training import planner; print('KERNELS', len(planner._KERNELS))")
         ip.run_cell("print('RATIO', t1 / t0)")
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
     ratio = [line for line in out.stdout.splitlines() if line.startswith("RATIO")]
     assert ratio, out.stdout + out.stderr
     assert float(ratio[0].split()[1]) > 1.3      # the compute part of the step doubled
+    assert "KERNELS 1" in out.stdout              # ... in the kernel traced from the edited wall
 
 
 def test_a_formula_must_have_the_dimension_of_what_it_defines():

@@ -14,6 +14,9 @@ import numpy as np
 
 from ..grid import first_broken, maximum, nearest, whole
 from ..hardware import DTYPE_BYTES
+from .. import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: output-length distributions for the static-batching comparison
 OUTPUT_DISTS = ("fixed", "uniform", "exponential")

@@ -38,6 +38,9 @@ from .. import network as net
 from ..grid import where
 from ..hardware import ACTIVATION_BYTES, Hardware
 from ..walls import compute as cw
+from .. import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: bytes of one logit the sampler reads (fp32)
 LOGIT_BYTES = 4.0
@@ -65,7 +68,8 @@ def padded(sequences, graphs):
     does not, having no context); beyond the largest captured size, or without graphs,
     the batch itself."""
     i = np.minimum(np.searchsorted(CAPTURED_BATCHES, sequences - 1e-9), len(CAPTURED_BATCHES) - 1)
-    size = np.maximum(np.minimum(CAPTURED_BATCHES[i], max_batch(sequences)), sequences)
+    captured = np.choose(i, CAPTURED_BATCHES)      # CAPTURED_BATCHES[i], for a scalar kernel too
+    size = np.maximum(np.minimum(captured, max_batch(sequences)), sequences)
     return where((graphs > 0) & (sequences <= CAPTURED_BATCHES[-1]), size, sequences)
 
 

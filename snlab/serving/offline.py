@@ -25,6 +25,9 @@ from ..grid import where
 from ..hardware import Hardware
 from ..walls import serving as sv
 from .deployment import Deployment
+from .. import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: trtllm-bench's caps: sequences a replica keeps in flight (over its pipeline stages) and
 #: tokens one step may take (tensorrt_llm/bench/build/tuning.py, finetune_setting)

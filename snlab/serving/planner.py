@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 
-from .. import energy, grid, network, schema, uncertainty
+from .. import energy, grid, kernel, network, schema, uncertainty
 from ..errors import SnlabError
 from ..hardware import DTYPE_BYTES, FIELDS, field_dimension, hardware
 from ..presets import PresetLike
@@ -22,6 +22,8 @@ from ..units import parse_quantity
 from . import deployment as dp_
 from .result import ServeResult
 from .step import KV_LOCATIONS, serve_columns
+
+kernel.loaded(__name__)
 
 #: system fields a serving sweep may vary (SI units)
 SYSTEM_FIELDS = FIELDS
@@ -240,6 +242,17 @@ def serve(model: PresetLike, system: PresetLike, *, cooling: str | None = None, 
             raise SnlabError(name, "got a list", "one value; use snlab.serve_sweep for grids")
     dep, hw, _ = _grid(m, s, deployment)
     values = {f: getattr(dep, f) for f in dp_.Deployment.__dataclass_fields__}
+    row = _kernel_row(m, s, hw, values, prices, pue)
+    if row is None or row.pop("_broken") >= 0:         # the chain itself names the broken rule
+        row = _chain_row(m, s, hw, dep, values, prices, pue)
+    grid.check_finite(row, deployment)
+    return ServeResult.from_row(m, s, {k: float(v) if type(v) is np.float64 else float(np.ravel(v)[0])
+                                       for k, v in values.items()}, row, prices)
+
+
+def _chain_row(m: Model, s: System, hw, dep, values: dict, prices, pue) -> dict:
+    """One deployment's output row, through the chain of the step's parts; a broken rule
+    is an error naming its field."""
     broken = int(np.ravel(dp_.violations(m, s, dep))[0])
     if broken >= 0:
         field, message = dp_.RULES[broken]
@@ -247,10 +260,39 @@ def serve(model: PresetLike, system: PresetLike, *, cooling: str | None = None, 
     with np.errstate(all="ignore"):
         out = serve_columns(m, dep, hw)
         out.update(_power(m, s, out, dep, hw, prices, pue))
-    row = {k: (v.item() if isinstance(v, np.ndarray) else float(v)) for k, v in out.items()}
-    grid.check_finite(row, deployment)
-    return ServeResult.from_row(m, s, {k: float(v) if type(v) is np.float64 else float(np.ravel(v)[0])
-                                       for k, v in values.items()}, row, prices)
+    return {k: (v.item() if isinstance(v, np.ndarray) else float(v)) for k, v in out.items()}
+
+
+#: the chain of one deployment as scalar kernels (:mod:`snlab.kernel`)
+_KERNELS = kernel.Kernels()
+#: deployment fields that take any value without changing the chain's shape; a kernel is
+#: kept per value of the others (the parallel degrees, dtypes and choices)
+_CONTINUOUS = frozenset(("batch", "prompt_len", "output_len", "context", "capacity_context", "acceptance",
+                         "hbm_utilization", "pool_share", "expert_imbalance", "host_step_s", "requests",
+                         "kv_fraction", "ep_overlap"))
+
+
+def _kernel_row(m: Model, s: System, hw, values: dict, prices, pue) -> dict | None:
+    """One deployment's output row (with ``_broken``, the rule it breaks or -1) from the
+    chain's kernel for its structure, or None where there is none for it yet (a torus,
+    whose slice depends on the deployment, runs the chain)."""
+    if s.scale_up.topology.kind == "torus" or not all(type(v) is np.float64 for v in values.values()):
+        return None
+    key = (id(m), id(s), id(hw), id(prices), pue, *[v for k, v in values.items() if k not in _CONTINUOUS])
+    row = _KERNELS.run(key, lambda: deployment_chain(m, s, hw, prices, pue), values, (m, s, hw, prices))
+    return None if row is None else {k: (v if k == "_broken" else float(v)) for k, v in row.items()}
+
+
+def deployment_chain(m: Model, s: System, hw, prices=None, pue=None):
+    """The chain :func:`serve` evaluates for one deployment on a system that is no torus,
+    as a function of the deployment's fields: the output row with ``_broken`` (the rule
+    the deployment breaks, or -1). Its scalar kernel is what a repeated ``serve`` runs."""
+    def chain(fields: dict) -> dict:
+        dep = dp_.Deployment(**fields)
+        out = {"_broken": dp_.violations(m, s, dep), **serve_columns(m, dep, hw)}
+        out.update(_power(m, s, out, dep, hw, prices, pue))
+        return out
+    return chain
 
 
 def _detail(field: str, m: Model, s: System, g: dict) -> str:

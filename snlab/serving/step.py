@@ -67,6 +67,9 @@ from . import engine
 from . import offline as off
 from . import deployment as dp_
 from .deployment import Deployment
+from .. import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: KV tiers, nearest first; a deployment's ``kv_location`` is the farthest one it uses
 KV_TIERS = ("hbm", "pool", "host", "ssd")

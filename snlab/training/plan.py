@@ -16,6 +16,9 @@ import numpy as np
 from ..errors import SnlabError
 from ..grid import finite, first_broken, maximum, minimum, rounded, show
 from . import stages
+from .. import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
 #: what selective recomputation may recompute, as Megatron-Core's recompute_modules names

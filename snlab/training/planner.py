@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .. import energy, grid, schema, uncertainty
+from .. import energy, grid, kernel, schema, uncertainty
 from ..errors import SnlabError
 from ..hardware import field_dimension, hardware
 from ..schema import PRECISIONS
@@ -24,6 +24,8 @@ from . import plan as pl
 from .result import TrainResult
 from .step import stage_memory as step_memory
 from .step import step_columns
+
+kernel.loaded(__name__)
 
 PLAN_FIELDS = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "zero", "recompute",
                "sequence_parallel", "interleave", "overlap", "offload", "grad_dtype", "seq_len",
@@ -386,6 +388,19 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
             raise SnlabError(name, "got a list", "one value; use snlab.sweep for grids")
     _check_devices(devices)
     g, hw, labels = _grid(m, s, plan, precision)
+    row = _kernel_row(m, s, hw, g, labels, precision, devices, prices, pue)
+    if row is None:
+        row = _chain_row(m, s, hw, g, labels, devices, prices, pue)
+    elif row.pop("_broken") >= 0:       # the chain itself names the broken rule
+        row = _chain_row(m, s, hw, g, labels, devices, prices, pue)
+    grid.check_finite(row, plan)
+    return TrainResult.from_row(m, s, precision, {k: (v.item() if isinstance(v, np.ndarray) else v)
+                                                  for k, v in g.items()}, labels, row, prices)
+
+
+def _chain_row(m: Model, s: System, hw, g: dict, labels: dict, devices, prices, pue) -> dict:
+    """One plan's output row, through the chain of the step's parts; a broken rule is an
+    error naming its field."""
     plan_grid = plan_of(g)
     broken = int(np.ravel(pl.violations(m, plan_grid, devices))[0])
     if broken >= 0:
@@ -396,10 +411,44 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
         if s.has_power:
             out.update(energy.training_columns(out, g, hw, prices, pue))
     out.update(_slice_columns(hw))
-    row = {k: (v.item() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
-    grid.check_finite(row, plan)
-    return TrainResult.from_row(m, s, precision, {k: (v.item() if isinstance(v, np.ndarray) else v)
-                                                  for k, v in g.items()}, labels, row, prices)
+    return {k: (v.item() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
+
+
+_NO_SLICE = [None]
+#: the chain of one plan as scalar kernels (:mod:`snlab.kernel`)
+_KERNELS = kernel.Kernels()
+#: plan fields that take any value without changing the chain's shape; a kernel is kept
+#: per value of the others (the parallel degrees and choices)
+_CONTINUOUS = frozenset(("global_batch", "seq_len", "capacity_factor", "expert_imbalance", "chunk_overhead_s",
+                         "logit_bytes", "optimizer_bytes", *OVERLAP_FIELDS))
+
+
+def _kernel_row(m: Model, s: System, hw, g: dict, labels: dict, precision: str, devices, prices,
+                pue) -> dict | None:
+    """One plan's output row (with ``_broken``, the rule it breaks or -1) from the
+    chain's kernel for its structure, or None where there is none for it yet (a torus,
+    whose slice depends on the plan, and a slice given, run the chain)."""
+    if s.scale_up.topology.kind == "torus" or labels.get("slice", _NO_SLICE) != _NO_SLICE \
+            or not all(type(v) is np.float64 for v in g.values()):
+        return None
+    key = (id(m), id(s), id(hw), id(prices), precision, devices, pue,
+           *[v for k, v in g.items() if k not in _CONTINUOUS])
+    return _KERNELS.run(key, lambda: plan_chain(m, s, hw, devices, prices, pue), g, (m, s, hw, prices))
+
+
+def plan_chain(m: Model, s: System, hw, devices=None, prices=None, pue=None):
+    """The chain :func:`train` evaluates for one plan on a system that is no torus, as a
+    function of the plan's columns: the output row with ``_broken`` (the rule the plan
+    breaks, or -1). Its scalar kernel is what a repeated ``train`` runs."""
+    sizes = model_sizes(m)
+
+    def chain(columns: dict) -> dict:
+        plan_grid = plan_of(columns)
+        out = {"_broken": pl.violations(m, plan_grid, devices), **step_columns(sizes, plan_grid, hw)}
+        if s.has_power:
+            out.update(energy.training_columns(out, columns, hw, prices, pue))
+        return out
+    return chain
 
 
 def _slice_columns(hw) -> dict:

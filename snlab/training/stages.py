@@ -30,6 +30,9 @@ from functools import lru_cache
 import numpy as np
 
 from ..grid import where
+from .. import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 
 def _int(x):

@@ -41,6 +41,9 @@ from ..walls import memory as mw
 from . import stages
 from . import plan as pl
 from .plan import Plan
+from .. import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: the classes of communication, in the order the outputs list them
 COMM_CLASSES = ("tp", "ep", "cp", "pp", "dp", "zero", "offload")

@@ -18,8 +18,12 @@ import types
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .. import kernel
 from ..formula import Formula
 from ..formula_cache import directory, key, load, loaded, store
+
+kernel.loaded(__name__)
+
 
 class FormulaModuleLoader:
     """Runs a module of formulas, or fills it from its cached record.
@@ -52,6 +56,7 @@ class FormulaModuleLoader:
 
     def exec_module(self, module: types.ModuleType) -> None:
         loaded()
+        kernel.loaded(module.__name__)          # kernels traced before may hold its old formulas
         try:
             entry = self.module_key(module.__name__)
         except OSError:                         # a source that cannot be read: run the module
