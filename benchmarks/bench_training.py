@@ -5,8 +5,8 @@ users write them; configurations per second of ``snlab.sweep``; the time of a fu
 Figures are the best of several repeats on one core (numpy's element-wise work is
 single-threaded); the first call in a fresh process, which imports snlab and compiles the
 formulas (or loads them from the disk cache), is reported apart in CPU seconds, with
-Python's bytecode cached as an installed package has it (in the same temporary
-directory, whatever ``PYTHONDONTWRITEBYTECODE`` says). A single call repeated in a loop
+Python's bytecode cached as an installed package has it (in a temporary directory that
+one earlier run fills, whatever ``PYTHONDONTWRITEBYTECODE`` says). A single call repeated in a loop
 runs its plan's scalar kernel (:mod:`snlab.kernel`) from the second call of each structure
 on; the loops below change a continuous field (the global batch, the prompt length), as a
 slider does.
@@ -39,19 +39,21 @@ FIRST_CALL = ("import time; t = time.process_time(); import snlab; "
               "print(time.process_time() - t)")
 
 
-def first_call_cpu_s(cache_dir: str) -> float:
+def first_call_cpu_s(cache_dir: str, bytecode_dir: str) -> float:
     """CPU seconds of ``import snlab`` and one ``train()`` in a fresh process, with the
-    compiled formulas' disk cache and the bytecode in ``cache_dir``."""
-    env = {**os.environ, "SNLAB_CACHE_DIR": cache_dir, "PYTHONPYCACHEPREFIX": os.path.join(cache_dir, "bytecode")}
+    compiled formulas' disk cache in ``cache_dir`` and Python's bytecode in ``bytecode_dir``."""
+    env = {**os.environ, "SNLAB_CACHE_DIR": cache_dir, "PYTHONPYCACHEPREFIX": bytecode_dir}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     out = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.split()[-1])
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as cache:
-        cold = first_call_cpu_s(cache)
-        warm = min(first_call_cpu_s(cache) for _ in range(3))
+    with tempfile.TemporaryDirectory() as bytecode, tempfile.TemporaryDirectory() as primed, \
+            tempfile.TemporaryDirectory() as cache:
+        first_call_cpu_s(primed, bytecode)          # Python's bytecode, as an installed package has it
+        cold = first_call_cpu_s(cache, bytecode)
+        warm = min(first_call_cpu_s(cache, bytecode) for _ in range(3))
     print(f"first train() call in a fresh process, import included: {cold:.2f} CPU-s compiling the formulas, "
           f"{warm:.2f} CPU-s with them cached on disk")
     snlab.train("megatron-1t", "dgx-a100", tp=8, pp=64, dp=6, micro_batch=1, global_batch=3072)

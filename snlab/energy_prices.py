@@ -11,6 +11,9 @@ import math
 from dataclasses import dataclass
 
 from .errors import SnlabError
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: seconds in a year (365.25 days), joules in a kWh, seconds in an hour
 YEAR_S, KWH_J, HOUR_S = 365.25 * 86400.0, 3.6e6, 3600.0

@@ -334,11 +334,16 @@ def _float64(v):
 
 
 def _select(condlist, choicelist, default=np.nan):
-    """numpy.select, with a fast path for scalars: the first choice whose condition
-    holds (a planner's single configuration evaluates piecewise formulas this way)."""
+    """numpy.select: the first choice whose condition holds, with a fast path for scalars
+    (a planner's single configuration evaluates piecewise formulas this way); on arrays as
+    ``numpy.where`` from the last condition to the first, which takes any number of
+    dimensions (``numpy.select`` stops at 32, and a wide exploration's open grid has more)."""
     if all(np.ndim(c) == 0 for c in condlist) and all(np.ndim(c) == 0 for c in choicelist):
         for cond, choice in zip(condlist, choicelist):
             if cond:
                 return choice
         return default
-    return np.select(condlist, choicelist, default=default)
+    out = default
+    for cond, choice in zip(reversed(condlist), reversed(choicelist)):
+        out = np.where(cond, choice, out)
+    return out

@@ -155,13 +155,28 @@ def open_grid(columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+def broadcast_shape(*shapes: tuple) -> tuple:
+    """``numpy.broadcast_shapes`` for any number of dimensions (numpy's own, and
+    ``numpy.broadcast``, stop at 32, and an open grid of a wide exploration has more)."""
+    ndim = max(map(len, shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, n in enumerate(shape, ndim - len(shape)):
+            if n == 1 or n == out[i]:
+                continue
+            if out[i] != 1:
+                raise ValueError(f"shapes {shapes} do not broadcast")
+            out[i] = n
+    return tuple(out)
+
+
 def grid_shape(*groups) -> tuple:
     """The broadcast shape of every array in the given mappings (or arrays)."""
     shapes = []
     for group in groups:
         values = group.values() if isinstance(group, Mapping) else [group]
         shapes += [np.shape(v) for v in values]
-    return np.broadcast_shapes(*shapes)
+    return broadcast_shape(*shapes)
 
 
 def flatten(arrays: Mapping, shape: tuple) -> dict:
@@ -260,8 +275,10 @@ def at_largest(keys: Sequence, *choices: Sequence) -> tuple:
             best = where(larger, keys[i], best)
             picked = [where(larger, c[i], p) for c, p in zip(choices, picked)]
         return tuple(picked)
-    i = np.argmax(np.stack(np.broadcast_arrays(*keys)), axis=0)
-    return tuple(np.choose(i, np.broadcast_arrays(*c)) for c in choices)
+    shape = broadcast_shape(*(np.shape(x) for x in (*keys, *(y for c in choices for y in c))))
+    i = np.argmax(np.stack([np.broadcast_to(k, shape) for k in keys]), axis=0)[None]
+    return tuple(np.take_along_axis(np.stack([np.broadcast_to(x, shape) for x in c]), i, axis=0)[0]
+                 for c in choices)
 
 
 def first_broken(conditions: Sequence) -> np.ndarray:
@@ -273,7 +290,7 @@ def first_broken(conditions: Sequence) -> np.ndarray:
         for i in range(len(conditions) - 1, -1, -1):
             first = where(conditions[i], i, first)
         return first
-    first = np.full(np.broadcast(*conditions).shape, -1, dtype=np.int16)
+    first = np.full(broadcast_shape(*map(np.shape, conditions)), -1, dtype=np.int16)
     for i in range(len(conditions) - 1, -1, -1):
         first = np.where(conditions[i], i, first)
     return first

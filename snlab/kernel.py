@@ -75,6 +75,20 @@ def _scalar(x):
     return x
 
 
+#: ufuncs the kernel takes from numpy itself, on scalars: ``math``'s differ from numpy's in
+#: the last bit for some inputs (IEEE fixes only +, -, *, / and the square root)
+_NUMPYS = ("log", "log2", "log10", "exp", "log1p", "expm1", "power")
+
+
+def _numpys(name: str) -> Callable:
+    ufunc = getattr(np, name)
+
+    def call(*args):
+        with np.errstate(all="ignore"):
+            return ufunc(*args).item()
+    return call
+
+
 class Tape:
     """The lines of a kernel being traced, its constants and its checks.
 
@@ -85,9 +99,9 @@ class Tape:
 
     def __init__(self):
         self.lines: list[tuple] = []
-        self.namespace: dict = {"_Fallback": Fallback, "_sqrt": math.sqrt, "_log": math.log, "_log2": math.log2,
-                                "_log10": math.log10, "_exp": math.exp, "_pow": math.pow, "_isfinite": math.isfinite,
-                                "_log1p": math.log1p, "_expm1": math.expm1, "_copysign": math.copysign}
+        self.namespace: dict = {"_Fallback": Fallback, "_sqrt": math.sqrt, "_isfinite": math.isfinite,
+                                "_copysign": math.copysign, "_pow": math.pow,
+                                **{f"_{name}": _numpys(name) for name in _NUMPYS}}
         self._constants: dict = {}
         self._computed: dict[str, str] = {}
         self.inputs: list[str] = []
@@ -123,7 +137,7 @@ class Tape:
     def source(self, results: list[str]) -> tuple[str, int]:
         """The kernel's source returning ``results`` (operands), without the lines
         nothing needs, and its number of checks."""
-        live = {r for r in results}
+        live = set(results)
         kept = []
         for target, expression, operands, kind in reversed(self.lines):
             if kind == "range" and operands[0] not in live or kind == "value" and target not in live:
@@ -152,7 +166,7 @@ def _tape(args) -> Tape:
 _UFUNCS = {
     "add": "{0} + {1}", "subtract": "{0} - {1}", "multiply": "{0} * {1}", "true_divide": "{0} / {1}",
     "divide": "{0} / {1}", "floor_divide": "{0} // {1}", "remainder": "{0} % {1}", "mod": "{0} % {1}",
-    "power": "_pow({0}, {1})", "float_power": "_pow({0}, {1})", "negative": "-{0}", "positive": "+{0}",
+    "power": "_power({0}, {1})", "scalar_power": "_pow({0}, {1})", "negative": "-{0}", "positive": "+{0}",
     "absolute": "abs({0})", "fabs": "abs({0})", "square": "{0} * {0}", "reciprocal": "1.0 / {0}",
     "greater": "{0} > {1}", "greater_equal": "{0} >= {1}", "less": "{0} < {1}", "less_equal": "{0} <= {1}",
     "equal": "{0} == {1}", "not_equal": "{0} != {1}",
@@ -165,9 +179,16 @@ _UFUNCS = {
     "logical_and": "(bool({0}) and bool({1}))", "logical_or": "(bool({0}) or bool({1}))",
     "logical_not": "(not {0})", "copysign": "_copysign({0}, {1})",
 }
-#: ufuncs that numpy computes differently on two booleans than Python does
-_NOT_ON_BOOLS = frozenset(("add", "subtract", "multiply", "floor_divide", "remainder", "mod", "power", "negative",
-                           "absolute", "square", "floor", "ceil", "rint"))
+#: ufuncs that numpy computes differently on booleans than Python does (a sum of two is
+#: their 'or'; a logarithm of one is a float16)
+_NOT_ON_BOOLS = frozenset(("add", "subtract", "multiply", "floor_divide", "remainder", "mod", "power",
+                           "scalar_power", "negative",
+                           "absolute", "square", "floor", "ceil", "rint", "sqrt", *_NUMPYS))
+#: ufuncs whose numpy result on integers is not Python's (numpy's wraps at 64 bits, or
+#: stays an integer)
+_NOT_ON_INTS = frozenset(("reciprocal", "power", "scalar_power", "square"))
+#: ufuncs that give one of their operands: numpy's result takes their common type
+_PICKS = frozenset(("maximum", "minimum", "fmax", "fmin"))
 
 
 def _ufunc(name: str, args):
@@ -175,11 +196,17 @@ def _ufunc(name: str, args):
     if template is None:
         raise Untraceable(f"numpy.{name}")
     bools = [_is_bool(a) for a in args]
-    if name in _NOT_ON_BOOLS and all(bools):
+    if name in _NOT_ON_BOOLS and (all(bools) or name in _NUMPYS and any(bools)):
         raise Untraceable(f"numpy.{name} of booleans")
-    if name in ("floor", "ceil", "rint") and isinstance(_value(args[0]), _INT_TYPES) and not bools[0]:
+    ints = [isinstance(_value(a), _INT_TYPES) and not b for a, b in zip(args, bools)]
+    if name in _NOT_ON_INTS and all(i or b for i, b in zip(ints, bools)):
+        raise Untraceable(f"numpy.{name} of integers")
+    if name in ("floor", "ceil", "rint") and ints[0]:
         template = "float({0})"
-    value = getattr(np, name)(*(_value(a) for a in args))
+    operands = [_value(a) for a in args]
+    value = operands[0] ** operands[1] if name == "scalar_power" else getattr(np, name)(*operands)
+    if name in _PICKS and isinstance(value, np.floating) and not all(isinstance(_value(a), float) for a in args):
+        template = f"float{template}"                   # an int or a bool picked: as numpy's float
     out = _tape(args).emit(template, args, value)
     if name in ("floor", "ceil") and template != "float({0})":
         out.tape.check(f"{out.name} == {out.name}", out, "range")     # of an infinity: numpy's is itself
@@ -201,11 +228,25 @@ def _where(cond, a, b):
     args = (cond, a, b)
     if not any(type(x) is Traced for x in args):
         return value[()]
-    return _tape(args).emit("({1} if {0} else {2})", args, value)
+    template = "({1} if {0} else {2})"
+    if value.dtype.kind == "f" and not (isinstance(_value(a), float) and isinstance(_value(b), float)):
+        template = f"float{template}"                   # an int or a bool picked: as numpy's float
+    elif value.dtype.kind == "i" and not (isinstance(_value(a), _INT_TYPES) and isinstance(_value(b), _INT_TYPES)) \
+            or value.dtype.kind not in "fib":
+        raise Untraceable("numpy.where of unlike operands")
+    return _tape(args).emit(template, args, value)
 
 
-def _clip(x, low, high):
-    return _ufunc("minimum", (_ufunc("maximum", (x, low)), high)) if high is not None else _ufunc("maximum", (x, low))
+def _clip(x, low=None, high=None, out=None):
+    """``numpy.clip`` of a float: ``low`` below it, ``high`` above, else itself (NaN and
+    a signed zero inside the range included)."""
+    if out is not None or not all(isinstance(_value(v), float) for v in (x, low, high) if v is not None):
+        raise Untraceable("numpy.clip of integers or into an array")
+    if low is None or high is None:             # numpy's maximum or minimum, ties to the bound
+        return _ufunc("minimum", (x, high)) if low is None else _ufunc("maximum", (x, low))
+    value = np.clip(_value(x), _value(low), _value(high))
+    return _tape((x, low, high)).emit("({1} if {0} < {1} or {1} != {1} else {2} if {0} > {2} or {2} != {2} "
+                                      "else {0})", (x, low, high), value)
 
 
 def _round(x, decimals=0, out=None):
@@ -271,8 +312,10 @@ def _like(fill):
         if kwargs.get("shape") not in (None, ()):
             raise Untraceable("an array like a traced value")
         value = fill(_value(x), *args, dtype=dtype)
-        if args and type(args[0]) is Traced:        # full_like(x, traced): the value
-            return args[0] if dtype is None else args[0].astype(dtype)
+        if args and type(args[0]) is Traced:        # full_like(x, traced): the value, in x's type
+            if np.asarray(value).dtype != np.asarray(args[0].value).dtype:
+                raise Untraceable("numpy.full_like casting a traced value")
+            return args[0]
         return _scalar(value)
     return like
 
@@ -373,6 +416,9 @@ class Traced:
 
 
 def _binary(name):
+    if name == "scalar_power":      # ``**``: C's pow, as numpy's scalars compute it (its ufunc may differ)
+        return (lambda self, other: _ufunc(name, (self, other)), lambda self, other: _ufunc(name, (other, self)))
+
     def forward(self, other):
         return self.__array_ufunc__(getattr(np, name), "__call__", self, other)
 
@@ -382,7 +428,7 @@ def _binary(name):
 
 
 for _op, _ufunc_name in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("truediv", "true_divide"),
-                         ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "power"),
+                         ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "scalar_power"),
                          ("and", "bitwise_and"), ("or", "bitwise_or"), ("xor", "bitwise_xor")):
     _f, _r = _binary(_ufunc_name)
     setattr(Traced, f"__{_op}__", _f)
@@ -420,7 +466,9 @@ def formula_call(formula, args: tuple) -> Traced:
     value = formula(**dict(zip(formula.arg_names, (_value(a) for a in args))))
     tape = _tape(args)
     name = tape.constant(formula.scalar_func)
-    out = tape.emit(f"+{name}(" + ", ".join("{%d}" % i for i in range(len(args))) + ")", args, value)
+    # as a float, as the formula gives it (a comparison's True as 1.0; a complex number,
+    # which a power of a negative base gives in math, is a TypeError: the kernel gives up)
+    out = tape.emit(f"float({name}(" + ", ".join("{%d}" % i for i in range(len(args))) + "))", args, value)
     tape.check(f"{out.name} == {out.name}", out, "range")
     return out
 
@@ -444,12 +492,12 @@ def trace(chain: Callable[[dict], Mapping], inputs: Mapping[str, float]) -> Call
     except Exception:       # Untraceable, or an error the chain itself raises on these inputs
         return None
     namespace = dict(tape.namespace)
-    exec(compile(source, "<snlab kernel>", "exec"), namespace)
-    fn = namespace["kernel"]
     order = tuple(inputs)
     try:
+        exec(compile(source, "<snlab kernel>", "exec"), namespace)
+        fn = namespace["kernel"]
         got = fn(*(_plain(inputs[k]) for k in order))
-    except GIVE_UP:
+    except Exception:
         return None
     expected = [_plain(_value(out[k])) for k in names]
     for a, b in zip(got, expected):

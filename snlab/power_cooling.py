@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from .errors import SnlabError
 from .units import fmt_watts
 from .walls import power as pw
+from . import kernel as _kernel
+
+_kernel.loaded(__name__)
 
 #: the kinds of cooling
 KINDS = ("air", "liquid")

@@ -432,3 +432,16 @@ def test_the_command_explores_a_spec_and_prints_json(tmp_path):
     assert [r["row"] for r in data["top"]] == reference_top(frame, "tokens_per_s", 1, 3).tolist()
     text = run_cli("explore", "--spec", path, "--top", "2", "--no-progress")
     assert text.returncode == 0 and "best 2 by max:tokens_per_s" in text.stdout
+
+
+def test_a_grid_of_more_than_32_dimensions_explores_and_sweeps():
+    """Four swept hardware fields next to the plan's make an open grid of 33 dimensions,
+    past what numpy.broadcast and numpy.select take (the 1e8 co-design benchmark's grid)."""
+    axes = dict(tp=[1, 8], pp=[1, 2], dp=[1, 8], micro_batch=[1, 2], recompute=["none", "full"], zero=[0, 1],
+                sequence_parallel=[False, True], global_batch=1024, scale_up_domain_size=[8, 72],
+                scale_up_bandwidth=[100e9, 900e9], hbm_capacity=[80e9, 192e9], scale_out_bandwidth=[25e9, 50e9])
+    result = snlab.explore("llama3-70b", "gb200-nvl72", top=3, progress=False, **axes)
+    frame = snlab.sweep("llama3-70b", "gb200-nvl72", **axes)
+    assert result.rows == len(frame) == 2 ** 11
+    best = feasible_rows(frame)["tokens_per_s"].nlargest(3).to_numpy()
+    np.testing.assert_array_equal(result.top["tokens_per_s"].to_numpy(), best)

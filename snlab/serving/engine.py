@@ -68,7 +68,8 @@ def padded(sequences, graphs):
     does not, having no context); beyond the largest captured size, or without graphs,
     the batch itself."""
     i = np.minimum(np.searchsorted(CAPTURED_BATCHES, sequences - 1e-9), len(CAPTURED_BATCHES) - 1)
-    captured = np.choose(i, CAPTURED_BATCHES)      # CAPTURED_BATCHES[i], for a scalar kernel too
+    # CAPTURED_BATCHES[i]; a scalar kernel looks it up by the traced index itself
+    captured = np.choose(i, CAPTURED_BATCHES) if _kernel.is_traced(i) else CAPTURED_BATCHES[i]
     size = np.maximum(np.minimum(captured, max_batch(sequences)), sequences)
     return where((graphs > 0) & (sequences <= CAPTURED_BATCHES[-1]), size, sequences)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import network as net
-from ..grid import at_largest, maximum, minimum, rounded, spread, where
+from ..grid import at_largest, broadcast_shape, maximum, minimum, rounded, spread, where
 from ..hardware import ACTIVATION_BYTES, Hardware
 from ..sizing import ModelSizes, activation_widths
 from ..walls import communication as cm
@@ -749,7 +749,7 @@ def columns(plan, hw, lay, comp, comm, dp, mem, off, sched, util, wall, params) 
     # the step's shape and the memory's (a sweep of HBM changes fits, not always the step)
     usable, capacity = hw.usable_memory, hw.hbm_capacity
     shape = () if type(step) is type(usable) is type(capacity) is np.float64 else \
-        np.broadcast_shapes(np.shape(step), np.shape(usable), np.shape(capacity))
+        broadcast_shape(np.shape(step), np.shape(usable), np.shape(capacity))
     usable, capacity = spread(usable, shape), spread(capacity, shape)
     return {
         "devices": lay.devices, "micro_batches": m,
