@@ -364,3 +364,15 @@ def test_a_serving_grid_of_more_than_32_dimensions_sweeps():
                       scale_up_bandwidth=900e9, hbm_capacity=192e9, scale_out_bandwidth=50e9, hbm_bandwidth=8e12,
                       scale_up_latency=2e-6)
     assert frame.tpot_s.iloc[-1] == pytest.approx(one.tpot_s, rel=1e-12)
+
+
+def test_a_plan_under_another_cooling_and_prices_given_as_a_mapping_runs_its_kernel():
+    """The cooled system is the same object each time and prices compare by value, so a
+    repeated call knows its kernel again; its result is the chain's."""
+    tp._KERNELS.clear()
+    kwargs = dict(tp=8, pp=4, dp=8, global_batch=512, cooling="liquid", prices={"device_hour": 2.5, "kwh": 0.1})
+    first = snlab.train("llama3-70b", "dgx-h100", **kwargs)          # built for air
+    again = [snlab.train("llama3-70b", "dgx-h100", **kwargs) for _ in range(WARM)]
+    assert len(tp._KERNELS) == 1
+    assert first.cost_per_million_tokens_usd is not None
+    assert all(dataclasses.asdict(r) == dataclasses.asdict(first) for r in again)

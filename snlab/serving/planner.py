@@ -278,8 +278,8 @@ def _kernel_row(m: Model, s: System, hw, values: dict, prices, pue) -> dict | No
     whose slice depends on the deployment, runs the chain)."""
     if s.scale_up.topology.kind == "torus" or not all(type(v) is np.float64 for v in values.values()):
         return None
-    key = (id(m), id(s), id(hw), id(prices), pue, *[v for k, v in values.items() if k not in _CONTINUOUS])
-    row = _KERNELS.run(key, lambda: deployment_chain(m, s, hw, prices, pue), values, (m, s, hw, prices))
+    key = (id(m), id(s), id(hw), prices, pue, *[v for k, v in values.items() if k not in _CONTINUOUS])
+    row = _KERNELS.run(key, lambda: deployment_chain(m, s, hw, prices, pue), values, (m, s, hw))
     return None if row is None else {k: (v if k == "_broken" else float(v)) for k, v in row.items()}
 
 

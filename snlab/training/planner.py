@@ -431,9 +431,9 @@ def _kernel_row(m: Model, s: System, hw, g: dict, labels: dict, precision: str, 
     if s.scale_up.topology.kind == "torus" or labels.get("slice", _NO_SLICE) != _NO_SLICE \
             or not all(type(v) is np.float64 for v in g.values()):
         return None
-    key = (id(m), id(s), id(hw), id(prices), precision, devices, pue,
+    key = (id(m), id(s), id(hw), prices, precision, devices, pue,
            *[v for k, v in g.items() if k not in _CONTINUOUS])
-    return _KERNELS.run(key, lambda: plan_chain(m, s, hw, devices, prices, pue), g, (m, s, hw, prices))
+    return _KERNELS.run(key, lambda: plan_chain(m, s, hw, devices, prices, pue), g, (m, s, hw))
 
 
 def plan_chain(m: Model, s: System, hw, devices=None, prices=None, pue=None):
