@@ -108,14 +108,14 @@ def cooled(system, kind: str | None, keep_clock: bool = False):
     if not isinstance(kind, str) or kind not in KINDS:
         raise SnlabError("cooling", f"got {kind!r}", ", ".join(KINDS))
     key = (id(s), kind, bool(keep_clock))
-    found = _COOLED.get(key)
-    if found is not None and found[0] is s:
-        return found[1]
+    asked, made = _COOLED.get(key, (None, None))
+    if asked is s:
+        return made
     state = cooling_state(s, kind)
     out = s.replace(cooling_kind=kind)
     if not keep_clock:
         out = out.replace(device=s.device.replace(sustained_clock=round(state.sustained_clock, CLOCK_DIGITS)))
-    if len(_COOLED) >= 64:
+    if len(_COOLED) >= COOLED_KEPT:
         del _COOLED[next(iter(_COOLED))]
     _COOLED[key] = (s, out)
     return out
@@ -123,5 +123,6 @@ def cooled(system, kind: str | None, keep_clock: bool = False):
 
 #: the systems :func:`cooled` made, by (system, cooling, clock kept), with the system
 #: asked about: the same question gives the same object, which the planners' scalar
-#: kernels (:mod:`snlab.kernel`) then know again
+#: kernels (:mod:`snlab.kernel`) then know again; the oldest goes past COOLED_KEPT
 _COOLED: dict = {}
+COOLED_KEPT = 64
