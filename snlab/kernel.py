@@ -35,8 +35,9 @@ import numpy as np
 
 
 class Untraceable(Exception):
-    """The chain did something a scalar kernel cannot reproduce (an array result, a
-    numpy function without a scalar form, a conversion of a traced value to a number)."""
+    """The chain did something a scalar kernel cannot reproduce (an array result, a numpy
+    function it has no scalar form of, numpy arithmetic on booleans or integers that
+    Python's differs from)."""
 
 
 class Fallback(Exception):
@@ -269,7 +270,7 @@ def _truth(x):
 
 
 def _itself(x, axis=None):
-    """``numpy.max``, ``min`` or ``sum`` of one scalar: the scalar."""
+    """``numpy.max`` or ``min`` of one scalar: the scalar."""
     if axis not in (None, 0, -1, ()):
         raise Untraceable("a reduction along an axis")
     return x
@@ -279,13 +280,6 @@ def _broadcast_to(x, shape, subok=False):
     if tuple(shape) != ():
         raise Untraceable("numpy.broadcast_to a shape")
     return x
-
-
-def _select(condlist, choicelist, default=0):
-    out = default
-    for cond, choice in zip(reversed(condlist), reversed(choicelist)):
-        out = where(cond, choice, out)
-    return out
 
 
 def _searchsorted(a, v, side="left", sorter=None):
@@ -324,14 +318,11 @@ _FUNCTIONS: dict = {
     np.ones_like: _like(np.ones_like), np.zeros_like: _like(np.zeros_like),
     np.full_like: _like(lambda x, v, dtype=None: np.full_like(x, _value(v), dtype=dtype)),
     np.searchsorted: _searchsorted, np.choose: _choose,
-    np.where: _where, np.ndim: lambda x: 0, np.shape: lambda x: (), np.size: lambda x, axis=None: 1,
-    np.clip: _clip, np.round: _round, np.broadcast_to: _broadcast_to, np.select: _select,
-    np.max: _itself, np.min: _itself, np.sum: _itself,
+    np.where: _where, np.ndim: lambda x: 0, np.shape: lambda x: (),
+    np.clip: _clip, np.round: _round, np.broadcast_to: _broadcast_to, np.max: _itself, np.min: _itself,
     np.isfinite: lambda x: _ufunc("isfinite", (x,)), np.any: lambda x, axis=None: _truth(x),
     np.all: lambda x, axis=None: _truth(x),
 }
-if hasattr(np, "around"):
-    _FUNCTIONS[np.around] = _round
 
 
 class Traced:
@@ -442,11 +433,6 @@ Traced.__abs__ = lambda self: _ufunc("absolute", (self,))
 Traced.__invert__ = lambda self: _bitwise("invert", (self,))
 
 
-def where(cond, a, b):
-    """``numpy.where`` on traced scalars."""
-    return _where(cond, a, b)
-
-
 def rounded(x) -> Traced:
     """The nearest whole number as an int (:func:`snlab.grid.rounded` on a traced value)."""
     value = np.int64(round(float(x.value)))
@@ -474,11 +460,11 @@ def formula_call(formula, args: tuple) -> Traced:
 
 
 def trace(chain: Callable[[dict], Mapping], inputs: Mapping[str, float]) -> Callable | None:
-    """The kernel of ``chain`` (a function of a dict of named scalars returning a dict of
-    outputs) traced at ``inputs``: a function of the same dict that returns a tuple of the
-    outputs' values, in the order of :attr:`names`; None when the chain cannot be traced
-    or the kernel does not reproduce its outputs (the caller then runs the chain, which
-    gives its own answer or error)."""
+    """The :class:`Kernel` of ``chain`` (a function of a dict of named scalars returning a
+    dict of outputs) traced at ``inputs``: called with a dict of the same names, it gives
+    the dict of outputs; None when the chain cannot be traced or the kernel does not
+    reproduce its outputs (the caller then runs the chain, which gives its own answer or
+    error)."""
     tape = Tape()
     traced = {}
     for i, (name, value) in enumerate(inputs.items()):

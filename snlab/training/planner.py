@@ -414,6 +414,7 @@ def _chain_row(m: Model, s: System, hw, g: dict, labels: dict, devices, prices, 
     return {k: (v.item() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
 
 
+#: the slice labels of a plan given none
 _NO_SLICE = [None]
 #: the chain of one plan as scalar kernels (:mod:`snlab.kernel`)
 _KERNELS = kernel.Kernels()
