@@ -132,10 +132,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("snlab/serving/step.py", "elementwise = cw.roofline_time(flops=0.0", "constant 0.0 -> 1"): _ROOF,
     ("snlab/serving/step.py", "expert_ffn=float(model.moe.expert_ffn_hidden_size if model.moe else 0)",
      "constant 0 -> 1"): "the expert width of a dense model, which has no routed expert to size",
-    ("snlab/serving/offline.py", "free = np.maximum(hw.hbm_capacity - hw.memory_reserve - weights_per_device, 0.0)",
-     "constant 0.0 -> 1"): _BYTE,
-    ("snlab/serving/step.py", "kv_memory = dep.kv_fraction * maximum(hw.hbm_capacity - hw.memory_reserve",
-     "constant 0.0 -> 1"): _BYTE,
+    ("snlab/serving/offline.py", "return dep.kv_fraction * np.maximum(free, 0.0)", "constant 0.0 -> 1"): _BYTE,
     ("snlab/serving/step.py", "utilization = (kv_memory + w.per_device) / maximum(hw.hbm_capacity, 1.0)",
      "constant 1.0 -> 2"): "guards a division by a device with no HBM; every device has gigabytes",
     ("snlab/serving/queueing.py", "self.counter = 0", "constant 0 -> 1"):

@@ -189,7 +189,7 @@ CLI_FLAGS = {
     "serve": ["--tp", "--pp", "--dp", "--ep", "--batch", "--prompt-len", "--output-len", "--context",
               "--weight-dtype", "--kv-dtype", "--draft-tokens", "--acceptance", "--microbatches", "--ep-overlap",
               "--prefill-batch", "--hbm-utilization", "--pool-share", "--kv-offload", "--output-dist",
-              "--tpot-target"],
+              "--tpot-target", "--engine-memory-bytes"],
     "collective": ["--op", "--bytes", "--devices"],
 }
 CLI_BASE = {"train": ["--model", "llama3-8b", "--system", "dgx-h100", "--tp", "8", "--global-batch", "8"],

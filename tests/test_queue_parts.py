@@ -107,7 +107,11 @@ def test_instance_takes_the_serving_step_model_unchanged():
 def test_instance_grids_follow_their_rule():
     s = instance("opt-13b", "dgx-a100", max_context=2048, **OPT)
     assert s.batch_axis[:256] == tuple(float(i) for i in range(1, 257))
-    assert s.batch_axis[-1] == pytest.approx(2048.0) and len(s.batch_axis) == 256 + 47
+    # the KV cache binds here (one-block sequences), below the engine's 2,048 in flight
+    assert s.batch_axis[-1] == pytest.approx(s.kv_tokens / s.block) and len(s.batch_axis) == 256 + 47
+    assert 1900 < s.batch_axis[-1] < service.MAX_IN_FLIGHT
+    capped = instance("opt-13b", "dgx-a100", max_context=2048, max_sequences=1000, **OPT)
+    assert capped.batch_axis[-1] == pytest.approx(1000.0) and len(capped.batch_axis) == 256 + 47
     assert s.context_axis[0] == 1.0 and s.context_axis[-1] == pytest.approx(2048.0) and len(s.context_axis) == 14
     assert s.token_axis[:16] == tuple(float(i) for i in range(1, 17)) and s.token_axis[-1] == pytest.approx(8192.0)
     assert len(s.token_axis) == 16 + 39 and len(s.attention_axis) == 14
@@ -123,7 +127,8 @@ def test_instance_limits_and_kv_capacity_by_hand():
     hw = snlab.hardware.hardware(snlab.system("dgx-a100"))
     weights = snlab.serve("opt-13b", "dgx-a100", tp=2, prompt_len=1, output_len=1, **OPT).weights_bytes_per_device
     per_token = 2 * 40 * 5120 * 2 / 2                       # K and V, 40 layers, 5,120 wide, fp16, over 2 devices
-    blocks = math.floor(0.5 * (hw.hbm_capacity - hw.memory_reserve - weights) / (16 * per_token))
+    free = hw.hbm_capacity - hw.memory_reserve - 4.55 * 2**30 - weights   # the engine's own 4.55 GiB
+    blocks = math.floor(0.5 * free / (16 * per_token))
     assert s.kv_tokens == s.hbm_tokens == blocks * 16
     assert s.devices == 2 and s.dp == 1 and s.block == 16 and s.max_sequences == 100 and s.step_tokens == 4096
     assert s.tokens_per_step == pytest.approx(1.5) and s.decode_tokens == 2
@@ -186,7 +191,8 @@ def test_far_tiers_by_hand():
     assert s.hbm_tokens == near.kv_tokens == near.hbm_tokens
     weights = snlab.serve("llama3-70b", "cloudmatrix384", tp=4, pp=2, dp=2, batch=2, prompt_len=1,
                           output_len=1).weights_bytes_per_device
-    blocks = math.floor(0.95 * (hw.hbm_capacity - hw.memory_reserve - weights) / (64 * per_device))
+    free = hw.hbm_capacity - hw.memory_reserve - 4.55 * 2**30 - weights   # the engine's own 4.55 GiB
+    blocks = math.floor(0.95 * free / (64 * per_device))
     assert near.kv_tokens == 2 * 64 * blocks
 
 

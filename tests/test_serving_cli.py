@@ -114,6 +114,8 @@ def test_the_offline_table_and_json():
     (["--kv-block-tokens", "0"], "kv_block_tokens"), (["--graphs", "maybe"], "graphs"),
     (["--expert-imbalance", "0.5"], "expert_imbalance"), (["--host-step-s", "5"], "host_step_s"),
     (["--scenario", "bogus"], "scenario"), (["--max-sequences", "-1"], "max_sequences"),
+    (["--engine-memory-bytes", "-1"], "engine_memory_bytes"), (["--engine-memory-bytes", "lots"], "engine_memory_bytes"),
+    (["--engine-memory-bytes", "20TB"], "engine_memory_bytes"), (["--engine-memory-bytes", "4 GHz"], "engine_memory_bytes"),
 ])
 def test_impossible_offline_inputs_name_their_field(flags, field):
     args = ["--model", "llama3-8b", "--system", "dgx-h100", "--scenario", "offline", "--requests", "100",
@@ -129,3 +131,15 @@ def test_the_offline_scenario_needs_its_requests():
     assert proc.returncode == 2 and "requests" in proc.stderr and "missing" in proc.stderr
     with pytest.raises(snlab.SnlabError, match="requests"):
         snlab.serve("llama3-8b", "dgx-h100", scenario="offline", prompt_len=100, output_len=100)
+
+
+def test_the_engine_memory_flag_takes_a_size():
+    args = ["--model", "llama3-70b", "--system", "dgx-h100", "--tp", "2", "--weight-dtype", "fp8", "--kv-dtype",
+            "fp8", "--scenario", "offline", "--requests", "3000", "--prompt-len", "1000", "--output-len", "1000",
+            "--json"]
+    default = json.loads(run(*args).stdout)
+    given = json.loads(run(*args, "--engine-memory-bytes", "4.55GiB").stdout)
+    none = json.loads(run(*args, "--engine-memory-bytes", "0").stdout)
+    assert default["deployment"]["engine_memory_bytes"] == given["deployment"]["engine_memory_bytes"] \
+        == pytest.approx(4.55 * 2**30)
+    assert default["offline"]["sequences"] == given["offline"]["sequences"] < none["offline"]["sequences"]

@@ -27,6 +27,9 @@ from test_serving_parts import (BYTE_RATE, FLOP_RATE, HW, H, L, V, DENSE, KV_TOK
                                 deployment, placed)
 
 ENGINE = dataclasses.replace(HW, kernel_floor=3e-6, decode_attention_floor=20e-6, launch_overhead=10e-6)
+#: the engine's own working memory the offline KV cache is sized after (TensorRT-LLM's
+#: profiled peak beyond the weights on an H100, less the device reserve)
+ENGINE_MEMORY = 4.55 * 2**30
 SHARE = {"hbm": 1.0, "pool": 0.0, "host": 0.0, "ssd": 0.0}
 
 
@@ -193,7 +196,7 @@ def test_the_kv_cache_holds_whole_blocks_of_sequences():
     dep = offline_deployment()
     w, place = placed(dep)
     held = off.kv_sequences(dep, HW, w.per_device, place.kv_per_token, place.shard)
-    free = 40e9 - HW.memory_reserve - w.per_device
+    free = 40e9 - HW.memory_reserve - ENGINE_MEMORY - w.per_device
     blocks = math.ceil(1200 / 32) * 32                           # 1,200 tokens in blocks of 32: 1,216
     assert held == math.floor(0.95 * free / (blocks * KV_TOKEN / 2))
 
@@ -340,10 +343,11 @@ def test_a_cache_for_exactly_one_sequence_runs():
     w = S.weights(SS.base, dep, HW)
     place = S.placement(SS, dep, HW, w)
     one_sequence = 1216 * place.kv_per_token / place.shard / 0.95
-    hw = dataclasses.replace(HW, hbm_capacity=HW.memory_reserve + w.per_device + 1.5 * one_sequence)
+    hw = dataclasses.replace(HW, hbm_capacity=HW.memory_reserve + ENGINE_MEMORY + w.per_device + 1.5 * one_sequence)
     run = off.offline(dep, hw, w.per_device, place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0)
     assert run.kv_sequences == 1 and run.fits and run.batch == 1
-    starved = dataclasses.replace(HW, hbm_capacity=HW.memory_reserve + w.per_device + 0.5 * one_sequence)
+    starved = dataclasses.replace(HW, hbm_capacity=HW.memory_reserve + ENGINE_MEMORY + w.per_device
+                                  + 0.5 * one_sequence)
     none = off.offline(dep, starved, w.per_device, place.kv_per_token, place.shard, lambda d: 1e-3,
                        lambda d: 0.01, 1.0)
     assert none.kv_sequences == 0 and not none.fits and none.batch == 1
@@ -370,7 +374,7 @@ def test_offline_rows_beside_fixed_ones():
     dep = dataclasses.replace(dep, scenario=np.array([0.0, 1.0]), kv_offload=np.array([1.0, 1.0]))
     out = S.serve_columns(snlab.model("megatron-1.7b"), dep, HW)
     w = S.weights(SS.base, dep, HW)
-    kv_memory = 0.95 * (40e9 - HW.memory_reserve - w.per_device)
+    kv_memory = 0.95 * (40e9 - HW.memory_reserve - ENGINE_MEMORY - w.per_device)
     held = math.floor(kv_memory / (1216 * KV_TOKEN / 2))
     b = min(held, 1000)
     assert out["offline_tokens_per_s"][0] == 0 and out["offline_waves"][0] == 0
@@ -380,3 +384,29 @@ def test_offline_rows_beside_fixed_ones():
     assert out["kv_location"][1] == 0 and out["kv_hbm_bytes_per_device"][1] == approx(b * 1200 * KV_TOKEN / 2)
     assert out["max_batch_hbm"][1] == math.floor(kv_memory / (1200 * KV_TOKEN / 2)) == out["max_batch"][1]
     assert out["max_batch"][0] > out["max_batch_hbm"][0]           # the fixed row may spill to the pool
+
+
+def test_the_engine_memory_reproduces_the_log_it_was_measured_from():
+    """TensorRT-LLM 0.20.0's trtllm-bench of Llama 3.1 8B FP8 on one H100 (NVIDIA/TensorRT-LLM
+    issue 6294) gave the KV cache 860,320 tokens (52.51 GiB) at kv_fraction 0.8 for sequences
+    of at most 157 tokens, beside 8.46 GiB of weights: the default engine memory holds as much."""
+    kw = dict(weight_dtype="fp8", kv_dtype="fp8", scenario="offline", requests=30000, prompt_len=128,
+              output_len=29, kv_fraction=0.8)
+    run = snlab.serve("llama3-8b", "dgx-h100", **kw)
+    assert run.deployment["engine_memory_bytes"] == ENGINE_MEMORY
+    assert run.weights_bytes_per_device / 2**30 == pytest.approx(8.46, abs=0.01)
+    tokens = run.to_dict()["offline"]["kv_sequences"] * 160          # 157 tokens in blocks of 32
+    assert tokens == pytest.approx(860_320, rel=0.002)
+    bare = snlab.serve("llama3-8b", "dgx-h100", engine_memory_bytes=0, **kw).to_dict()["offline"]["kv_sequences"]
+    assert bare * 160 * 65536 == pytest.approx(tokens * 65536 + 0.8 * ENGINE_MEMORY, rel=0.002)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), 2e13])
+def test_an_impossible_engine_memory_names_its_field(bad):
+    with pytest.raises(snlab.SnlabError, match="engine_memory_bytes") as err:
+        snlab.serve("llama3-8b", "dgx-h100", scenario="offline", requests=10, prompt_len=10, output_len=10,
+                    engine_memory_bytes=bad)
+    assert "10 TB" in str(err.value)
+    with pytest.raises(snlab.SnlabError, match="engine_memory_bytes"):    # a grid holding it, too
+        snlab.serve_sweep("llama3-8b", "dgx-h100", scenario="offline", requests=10, prompt_len=10, output_len=10,
+                          engine_memory_bytes=[0.0, bad])

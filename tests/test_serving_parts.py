@@ -58,7 +58,7 @@ def deployment(**kw) -> dp_.Deployment:
                 draft_tokens=0, acceptance=0.7, microbatches=1, ep_overlap=0, prefill_batch=1, hbm_utilization=0.9,
                 pool_share=1, kv_offload=1, output_dist=0, expert_imbalance=1, graphs=0, host_step_s=0,
                 efficiency_ratio=1, gemm_half=0, scenario=0, requests=1, max_sequences=0, max_step_tokens=0,
-                kv_fraction=0.95, kv_block_tokens=32)
+                kv_fraction=0.95, kv_block_tokens=32, engine_memory_bytes=4.55 * 2**30)
     base.update(kw)
     return dp_.Deployment(**{k: float(v) for k, v in base.items()})
 

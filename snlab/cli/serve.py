@@ -9,15 +9,15 @@ Flags are read as text and converted here, so that a bad value ends in one
 from __future__ import annotations
 
 from ..errors import SnlabError
-from ..units import fmt_bytes, fmt_joules, fmt_seconds, fmt_watts
-from ..serving.deployment import MAX_REQUESTS
+from ..units import fmt_bytes, fmt_joules, fmt_seconds, fmt_watts, parse_quantity
+from ..serving.deployment import MAX_ENGINE_MEMORY, MAX_REQUESTS
 from ..serving.planner import MAX_COUNT, MAX_DEGREE, MAX_DRAFT_TOKENS
 from . import power_flags
 from . import load
 from .common import count, number, print_json, seconds, side_by_side
 
 #: flag -> (kind, help); kinds: "int" (whole number >= 1, k/M suffixes), "int0" (>= 0),
-#: "fraction" (in [0, 1]), "str"
+#: "fraction" (in [0, 1]), "bytes" (a size, e.g. 4.5GiB), "str"
 FLAGS = {
     "tp": ("int", "tensor-parallel degree (default 1)"), "pp": ("int", "pipeline stages (default 1)"),
     "dp": ("int", "model replicas, data-parallel attention (default 1)"),
@@ -45,9 +45,11 @@ FLAGS = {
                                "at most 4,096)"),
     "max_step_tokens": ("limit", "offline: tokens a step may process per replica, chunked prefill included "
                                  "(default 0: as trtllm-bench sets it)"),
-    "kv_fraction": ("open_fraction", "offline: fraction of the memory left after the weights given to the KV "
-                                     "cache (default 0.95)"),
+    "kv_fraction": ("open_fraction", "offline: fraction of the memory left after the weights and the engine's "
+                                     "working memory given to the KV cache (default 0.95)"),
     "kv_block_tokens": ("block", "offline: tokens per KV-cache block (default 32)"),
+    "engine_memory_bytes": ("bytes", "offline and --rate: memory per device the engine keeps besides weights and KV "
+                                     "cache, e.g. 4.55GiB (default 4.55 GiB, TensorRT-LLM's)"),
     "expert_imbalance": ("imbalance", "load of the busiest expert device over the mean (default 1.11, EPLB)"),
     "graphs": ("bool", "on or off: the step replayed from a captured graph (default on)"),
     "host_step_s": ("seconds", "host time per step not hidden behind the previous step, e.g. 2ms (default 0)"),
@@ -103,6 +105,8 @@ def deployment(args, lengths: bool = True) -> dict:
             if text.lower() not in _BOOL:
                 raise SnlabError(flag, f"got {text!r}", "on or off")
             out[flag] = _BOOL[text.lower()]
+        elif kind == "bytes":
+            out[flag] = size(flag, text)
         elif kind == "seconds":
             out[flag] = seconds(flag, text)
             if not 0 <= out[flag] <= 1:
@@ -113,6 +117,18 @@ def deployment(args, lengths: bool = True) -> dict:
         if lengths and field not in out:
             raise SnlabError(field, "missing", f"--{field.replace('_', '-')} N (tokens)")
     return out
+
+
+def size(field: str, text: str) -> float:
+    """A size in bytes from text: a bare number is bytes, or a quantity such as ``4.5GiB``;
+    from 0 to 10 TB."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = parse_quantity(text, "bytes", field)[0]
+    if not 0 <= value <= MAX_ENGINE_MEMORY:       # NaN fails too
+        raise SnlabError(field, f"got {text!r}", "a size from 0 to 10 TB, e.g. 4.5GiB or 0")
+    return value
 
 
 def _evaluate(args, system: str, dep: dict):

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..grid import first_broken, maximum, nearest, whole
 from ..hardware import DTYPE_BYTES
+from ..units import GIB
 from .. import kernel as _kernel
 
 _kernel.loaded(__name__)
@@ -36,6 +37,21 @@ EPLB_IMBALANCE = 1.11
 #: MTP at 128 sequences, which 0.8 gives within 2 points; prefill +27% to +35% at 8,192
 #: tokens per device, which 0.6 gives); compute slowed by the overlap_contention of what hides
 TBO_OVERLAP = {"decode": 0.8, "prefill": 0.6}
+#: device memory [bytes] the engine keeps besides the weights and the KV cache, beyond the
+#: device's ``memory_reserve``: the activations of its memory-profiling pass (a step of
+#: max_num_tokens), its CUDA graphs and their pool, workspaces. TensorRT-LLM sizes the KV
+#: cache as kv_fraction x (device total - the profiled peak), and a trtllm-bench run of
+#: Llama 3.1 8B FP8 on one H100 (TensorRT-LLM 0.20.0, max_num_tokens 23,552, 4,096
+#: sequences, 24 graphs; NVIDIA/TensorRT-LLM issue 6294) allocated 52.51 GiB of KV cache
+#: (860,320 tokens of 64 KiB) at fraction 0.8 beside 8.46 GiB of weights: of the
+#: 79.19 GiB an H100 reports to CUDA (81,089 MiB), 79.19 - 52.51 / 0.8 - 8.46 = 5.09 GiB
+#: was the engine's. The device preset's 1 GiB reserve counts from nvidia-smi's 79.65 GiB
+#: and holds the 0.46 GiB the device does not report, so the engine adds
+#: 5.09 - 0.54 = 4.55 GiB. Measured on one model and one GPU; the default for every model
+#: and device (engine_memory_bytes)
+ENGINE_MEMORY = 4.55 * GIB
+#: the largest engine_memory_bytes a deployment takes
+MAX_ENGINE_MEMORY = 1e13
 #: deployment fields and their defaults (None: required, or derived). hbm_utilization 0.9 is
 #: vLLM's default gpu_memory_utilization: the rest of HBM is left to activations, CUDA
 #: graphs and the allocator. ep_overlap None: TBO_OVERLAP with two micro-batches.
@@ -45,18 +61,21 @@ TBO_OVERLAP = {"decode": 0.8, "prefill": 0.6}
 #: scenario's engine limits follow trtllm-bench (TensorRT-LLM tensorrt_llm/bench/build/
 #: tuning.py): max_sequences 0 sizes the batch to what the KV cache holds (at most 4,096),
 #: max_step_tokens 0 gives a step min(b (1 + prompt/output), 32,768) tokens, rounded as
-#: trtllm-bench rounds it; kv_fraction 0.95 of the memory left after the weights (what
-#: trtllm-bench sizes its batch with, and the KV fraction NVIDIA's published runs use;
-#: TensorRT-LLM's own default is 0.90), in blocks of 32 tokens (its tokens_per_block).
+#: trtllm-bench rounds it; kv_fraction 0.95 of the memory left after the weights and the
+#: engine's own working memory (what trtllm-bench sizes its batch with, and the KV fraction
+#: NVIDIA's published runs use; TensorRT-LLM's own default is 0.90), in blocks of 32 tokens
+#: (its tokens_per_block); engine_memory_bytes ENGINE_MEMORY, which the offline run and a
+#: request queue's instance leave aside before they size the KV cache.
 DEFAULTS = dict(tp=1, pp=1, dp=1, ep=1, batch=1, prompt_len=None, output_len=None, context=None,
                 weight_dtype="bf16", kv_dtype="bf16", draft_tokens=0, acceptance=0.7, microbatches=1, ep_overlap=None,
                 prefill_batch=1, hbm_utilization=0.9, pool_share=1.0, kv_offload="auto",
                 output_dist="exponential", expert_imbalance=EPLB_IMBALANCE, graphs=True, host_step_s=0.0,
                 scenario="fixed", requests=None, max_sequences=0, max_step_tokens=0, kv_fraction=0.95,
-                kv_block_tokens=32)
+                kv_block_tokens=32, engine_memory_bytes=ENGINE_MEMORY)
 NUMERIC = ("tp", "pp", "dp", "ep", "batch", "prompt_len", "output_len", "context", "draft_tokens", "acceptance",
            "microbatches", "ep_overlap", "prefill_batch", "hbm_utilization", "pool_share", "expert_imbalance",
-           "host_step_s", "requests", "max_sequences", "max_step_tokens", "kv_fraction", "kv_block_tokens")
+           "host_step_s", "requests", "max_sequences", "max_step_tokens", "kv_fraction", "kv_block_tokens",
+           "engine_memory_bytes")
 #: the largest offline benchmark (requests) and engine limits a call takes
 MAX_REQUESTS, MAX_STEP_TOKENS = 1e9, 1e8
 ALLOWED = dict(
@@ -82,8 +101,11 @@ ALLOWED = dict(
     max_sequences="0 (as many as the KV cache holds) or a whole number of sequences in flight per replica",
     max_step_tokens="0 (trtllm-bench's choice) or a whole number of tokens a step may process per replica, at "
                     "least the decode tokens of a step",
-    kv_fraction="a fraction in (0, 1] of the memory left after the weights given to the KV cache",
+    kv_fraction="a fraction in (0, 1] of the memory left after the weights and the engine's working memory given to "
+                "the KV cache",
     kv_block_tokens="a whole number of tokens per KV-cache block from 1 to 1,024",
+    engine_memory_bytes="a size in bytes from 0 to 10 TB per device (memory the engine keeps besides weights and KV "
+                        "cache; default 4.55 GiB, TensorRT-LLM's)",
 )
 
 
@@ -130,6 +152,7 @@ class Deployment:
     max_step_tokens: np.ndarray
     kv_fraction: np.ndarray
     kv_block_tokens: np.ndarray
+    engine_memory_bytes: np.ndarray
 
     @property
     def devices(self):
@@ -162,6 +185,7 @@ RULES = (
     ("max_sequences", "max_sequences must be 0 (as many as the KV cache holds) or a whole number >= 1"),
     ("max_step_tokens", "max_step_tokens must be 0 (automatic) or a whole number of tokens that holds a step's "
                         "decode tokens (max_sequences x (draft_tokens + 1))"),
+    ("engine_memory_bytes", "engine_memory_bytes must be a size in bytes from 0 to 10 TB"),
 )
 REASONS = ("ok",) + tuple(m for _, m in RULES) + ("weights do not fit in HBM",
                                                    "KV cache does not fit in any memory tier")
@@ -198,4 +222,5 @@ def violations(model, system, dep: Deployment) -> np.ndarray:
         (dep.max_step_tokens != 0) & (~whole(dep.max_step_tokens)
                                       | (dep.max_step_tokens < maximum(dep.max_sequences, 1)
                                          * (dep.draft_tokens + 1))),
+        (dep.engine_memory_bytes < 0) | (dep.engine_memory_bytes > MAX_ENGINE_MEMORY),
     ])

@@ -4,7 +4,8 @@ This is what the engines' throughput benchmarks run (``trtllm-bench throughput``
 vLLM's ``benchmark_throughput.py``, MLPerf's Offline scenario): N requests of the same
 prompt and output length arrive together. The engine keeps as many sequences in
 flight per replica as its limit and its KV cache allow (``max_sequences``; by default
-what ``kv_fraction`` of the memory left after the weights holds, in blocks of
+what ``kv_fraction`` of the memory left after the weights and the engine's own
+working memory (``engine_memory_bytes``) holds, in blocks of
 ``kv_block_tokens``, at most 4,096 per pipeline), prefills a wave of them in chunks of
 its per-step token budget (``max_step_tokens``; by default as trtllm-bench sets it,
 :func:`step_budget`), and decodes them together; identical
@@ -54,14 +55,20 @@ class Offline:
     fits: np.ndarray
 
 
+def kv_memory(dep: Deployment, hw: Hardware, weights_per_device):
+    """Bytes of KV cache the engine allocates on each device: ``kv_fraction`` of what is
+    left after the runtime's reserve, the weights and the engine's own working memory
+    (``engine_memory_bytes``, :data:`snlab.serving.deployment.ENGINE_MEMORY` by default)."""
+    free = hw.hbm_capacity - hw.memory_reserve - dep.engine_memory_bytes - weights_per_device
+    return dep.kv_fraction * np.maximum(free, 0.0)
+
+
 def kv_sequences(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, shard):
     """Sequences of ``prompt_len + output_len`` tokens whose KV cache one replica holds:
-    ``kv_fraction`` of each device's memory after the runtime's reserve and the weights,
-    over the bytes of one sequence's blocks on that device [1]."""
-    free = np.maximum(hw.hbm_capacity - hw.memory_reserve - weights_per_device, 0.0)
+    :func:`kv_memory` over the bytes of one sequence's blocks on each device [1]."""
     tokens = np.ceil((dep.prompt_len + dep.output_len) / dep.kv_block_tokens) * dep.kv_block_tokens
     per_sequence = tokens * kv_per_token / (dep.pp * shard)
-    return np.floor(dep.kv_fraction * free / per_sequence)
+    return np.floor(kv_memory(dep, hw, weights_per_device) / per_sequence)
 
 
 def step_budget(batch, dep: Deployment):

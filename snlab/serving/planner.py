@@ -72,7 +72,8 @@ def _axes(axes: dict) -> tuple[dict, dict]:
         if big.any():
             low = 0 if name in ("draft_tokens", "max_sequences", "max_step_tokens") else 1
             raise SnlabError(name, f"got {columns[name][big][0]:g}", f"a whole number from {low} to {top:,.0f}")
-    for name, low, high in (("expert_imbalance", 1.0, 64.0), ("host_step_s", 0.0, 1.0), ("kv_fraction", 0.0, 1.0)):
+    for name, low, high in (("expert_imbalance", 1.0, 64.0), ("host_step_s", 0.0, 1.0), ("kv_fraction", 0.0, 1.0),
+                            ("engine_memory_bytes", 0.0, dp_.MAX_ENGINE_MEMORY)):
         bad = (columns[name] < low) | (columns[name] > high) | ((columns[name] == 0) & (name == "kv_fraction"))
         if bad.any():
             raise SnlabError(name, f"got {columns[name][bad][0]:g}", dp_.ALLOWED[name])
@@ -161,7 +162,7 @@ def _grid(model: Model, system: System, axes: dict):
                              "draft_tokens", "acceptance", "microbatches", "ep_overlap", "prefill_batch",
                              "hbm_utilization", "pool_share", "kv_offload", "output_dist", "expert_imbalance",
                              "graphs", "host_step_s", "scenario", "max_sequences", "max_step_tokens", "kv_fraction",
-                             "kv_block_tokens")},
+                             "kv_block_tokens", "engine_memory_bytes")},
         requests=grid.where(np.isnan(g["requests"]), 1.0, g["requests"]),
         context=grid.where(given, g["context"], g["prompt_len"] + np.floor(g["output_len"] / 2)),
         capacity_context=grid.where(given, g["context"], g["prompt_len"] + g["output_len"]), **by_dtype)
@@ -229,8 +230,11 @@ def serve(model: PresetLike, system: PresetLike, *, cooling: str | None = None, 
         int8, fp4), draft_tokens and acceptance (speculative decoding / MTP),
         microbatches (2 for two-batch overlap), prefill_batch (prompts per prefill pass
         per replica), hbm_utilization, pool_share, kv_offload (auto or hbm),
-        output_dist (fixed, uniform, exponential); and system fields such as
-        ``hbm_bandwidth`` to change the system for this run.
+        output_dist (fixed, uniform, exponential); scenario ("offline": requests queued
+        at once) with the engine's limits requests, max_sequences, max_step_tokens,
+        kv_fraction, kv_block_tokens and engine_memory_bytes (the bytes per device it
+        keeps besides weights and KV cache; :mod:`snlab.serving.offline`); and system
+        fields such as ``hbm_bandwidth`` to change the system for this run.
     cooling, pue, prices : as in :func:`snlab.train`; energy and cost are per output
         token at the continuous-batching rate (the offline run's, offline).
     """
@@ -269,7 +273,7 @@ _KERNELS = kernel.Kernels()
 #: kept per value of the others (the parallel degrees, dtypes and choices)
 _CONTINUOUS = frozenset(("batch", "prompt_len", "output_len", "context", "capacity_context", "acceptance",
                          "hbm_utilization", "pool_share", "expert_imbalance", "host_step_s", "requests",
-                         "kv_fraction", "ep_overlap"))
+                         "kv_fraction", "ep_overlap", "engine_memory_bytes"))
 
 
 def _kernel_row(m: Model, s: System, hw, values: dict, prices, pue) -> dict | None:
@@ -323,7 +327,7 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
     data["scenario"] = pd.Categorical.from_codes(g["scenario"].astype(int), list(dp_.SCENARIOS))
     for name in ("requests", "max_sequences", "max_step_tokens", "kv_block_tokens"):
         data[name] = np.where(np.isfinite(g[name]) & offline, g[name], 0).astype(np.int64)
-    for name in ("kv_fraction", "expert_imbalance", "host_step_s"):
+    for name in ("kv_fraction", "expert_imbalance", "host_step_s", "engine_memory_bytes"):
         data[name] = g[name]
     data["graphs"] = g["graphs"] > 0
     data["acceptance"] = g["acceptance"]

@@ -95,7 +95,8 @@ class ServeResult(Result):
                                       "draft_tokens", "microbatches", "prefill_batch")}
         dep.update({k: int(g[k]) for k in ("requests", "max_sequences", "max_step_tokens", "kv_block_tokens")})
         dep.update(scenario=SCENARIOS[int(g["scenario"])], expert_imbalance=g["expert_imbalance"],
-                   graphs=bool(g["graphs"]), host_step_s=g["host_step_s"], kv_fraction=g["kv_fraction"])
+                   graphs=bool(g["graphs"]), host_step_s=g["host_step_s"], kv_fraction=g["kv_fraction"],
+                   engine_memory_bytes=g["engine_memory_bytes"])
         if dep["scenario"] == "offline":      # the batch the engine keeps in flight
             dep["batch"] = int(row["batch_in_flight"])
         dep.update(capacity_context=int(g["capacity_context"]), acceptance=g["acceptance"],

@@ -12,8 +12,9 @@ An instance is one deployment of :func:`snlab.serve` (``tp x pp x dp`` devices) 
 the engine's limits: ``max_sequences`` in flight per replica (0: what the KV cache holds,
 at most :data:`MAX_IN_FLIGHT`), ``max_step_tokens`` per step and replica (0:
 :data:`STEP_TOKENS`), and a KV cache of ``kv_fraction`` of each device's memory after
-the weights (in HBM; with ``kv_offload="auto"`` also the far tiers, the supernode's pool
-first), in blocks of ``kv_block_tokens``.
+the weights and the engine's own working memory
+(``engine_memory_bytes``; in HBM; with ``kv_offload="auto"`` also
+the far tiers, the supernode's pool first), in blocks of ``kv_block_tokens``.
 """
 
 from __future__ import annotations
@@ -205,10 +206,11 @@ def _instance(model, system, max_context: float, cache_tier: str, key: tuple) ->
 
 
 def capacity_tokens(dep, hw, w, place) -> tuple[float, float]:
-    """Tokens of KV cache the whole instance holds, in all and in HBM: ``kv_fraction`` of each device's
-    memory after the runtime's reserve and the weights, counted in blocks as the offline
-    scenario counts them (:func:`snlab.serving.offline.kv_sequences` for one-block
-    sequences), plus, with ``kv_offload="auto"``, what the far tiers lend each device."""
+    """Tokens of KV cache the whole instance holds, in all and in HBM: ``kv_fraction`` of
+    each device's memory after the runtime's reserve, the weights and the engine's own
+    working memory, counted in blocks as the offline scenario counts them
+    (:func:`snlab.serving.offline.kv_sequences` for one-block sequences), plus, with
+    ``kv_offload="auto"``, what the far tiers lend each device."""
     one_block = dataclasses.replace(dep, prompt_len=dep.kv_block_tokens, output_len=0.0)
     blocks = off.kv_sequences(one_block, hw, w.per_device, place.kv_per_token, place.shard)
     far = sum(place.capacity[t] for t in (("pool", "host", "ssd") if dep.kv_offload else ()))

@@ -516,7 +516,7 @@ def serve_columns(model, dep: Deployment, hw: Hardware) -> dict[str, np.ndarray]
     if np.any(offline_rows):
         # the memory the offline run gives the KV cache in HBM, where the engines keep it
         # (the batch is sized to it, so nothing spills)
-        kv_memory = dep.kv_fraction * maximum(hw.hbm_capacity - hw.memory_reserve - w.per_device, 0.0)
+        kv_memory = off.kv_memory(dep, hw, w.per_device)
         utilization = (kv_memory + w.per_device) / maximum(hw.hbm_capacity, 1.0)
         dep = dataclasses.replace(dep, hbm_utilization=where(offline_rows, utilization, dep.hbm_utilization))
         run = offline_run(ss, dep, hw, w, placement(ss, dep, hw, w))
