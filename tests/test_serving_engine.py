@@ -410,3 +410,15 @@ def test_an_impossible_engine_memory_names_its_field(bad):
     with pytest.raises(snlab.SnlabError, match="engine_memory_bytes"):    # a grid holding it, too
         snlab.serve_sweep("llama3-8b", "dgx-h100", scenario="offline", requests=10, prompt_len=10, output_len=10,
                           engine_memory_bytes=[0.0, bad])
+
+
+def test_the_engine_memory_reads_a_size_with_its_unit_and_a_full_device_says_why():
+    kw = dict(scenario="offline", requests=10, prompt_len=100, output_len=100)
+    assert snlab.serve("llama3-8b", "dgx-h100", engine_memory_bytes="4.55 GiB", **kw).deployment[
+        "engine_memory_bytes"] == ENGINE_MEMORY
+    table = snlab.serve_sweep("llama3-8b", "dgx-h100", engine_memory_bytes=["1 GiB", 0], **kw)
+    assert table["engine_memory_bytes"].tolist() == [2**30, 0.0]
+    with pytest.raises(snlab.SnlabError, match="engine_memory_bytes.*not a unit of bytes"):
+        snlab.serve("llama3-8b", "dgx-h100", engine_memory_bytes="4 GHz", **kw)
+    full = snlab.serve("llama3-8b", "dgx-h100", engine_memory_bytes="80 GB", **kw)
+    assert not full.fits and "engine_memory_bytes" in full.reason and "80 GB" in full.reason

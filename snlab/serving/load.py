@@ -98,7 +98,8 @@ def serve_load(model, system, *, ttft_target=None, tpot_target=None, policy: str
         each; the others apply to both), ``prefill_instances`` and ``decode_instances``
         of them, the KV cache over ``kv_link_level`` (auto, scale-up, scale-out).
     **kwargs : the colocated instance's deployment (tp, pp, dp, ep, dtypes, engine
-        limits max_sequences, max_step_tokens, kv_fraction, kv_block_tokens, ...).
+        limits max_sequences, max_step_tokens, kv_fraction, kv_block_tokens,
+        engine_memory_bytes, ...).
     """
     work_kw, dep = split_kwargs(dict(kwargs))
     w = workload(**work_kw)

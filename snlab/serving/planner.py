@@ -55,6 +55,9 @@ def _axes(axes: dict) -> tuple[dict, dict]:
             columns[name] = grid.flags(name, values)
         elif name == "scenario":
             columns[name] = grid.coded(name, values, {d: i for i, d in enumerate(dp_.SCENARIOS)}, dp_.ALLOWED[name])
+        elif name == "engine_memory_bytes" and not isinstance(values, np.ndarray):   # "4.5 GiB" reads too
+            columns[name] = grid.numbers(name, [parse_quantity(v, "bytes", name)[0] if isinstance(v, str) else v
+                                                for v in values], dp_.ALLOWED[name])
         elif name in dp_.NUMERIC:
             columns[name] = grid.numbers(name, values, dp_.ALLOWED[name])
         elif name in ("weight_dtype", "kv_dtype"):

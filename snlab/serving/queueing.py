@@ -219,7 +219,8 @@ class _Instance:
         """Nothing to run: jump to the next arrival or transfer; False when all is done."""
         if self.waiting and not self.xfers and self.admitted_n == 0:
             raise SnlabError("workload", "a request needs more KV cache than the instance holds",
-                             f"prompt + output within {self.svc.kv_tokens:,.0f} tokens")
+                             f"prompt + output within {self.svc.kv_tokens:,.0f} tokens (kv_fraction of the memory "
+                             f"the weights, the runtime's reserve and engine_memory_bytes leave)")
         upcoming = [self.arrival[self.next_arrival]] if self.next_arrival < self.issued else []
         if self.xfers:
             upcoming.append(self.xfers[0][0])

@@ -113,6 +113,10 @@ class ServeResult(Result):
         elif not row["fits"]:
             reason = (f"KV cache needs {fmt_bytes(row['kv_cache_bytes_per_device'])} per device; "
                       f"{fmt_bytes(row['kv_unplaced_bytes_per_device'])} finds no room in any tier")
+            if dep["scenario"] == "offline":   # the engine sizes its cache in HBM only
+                reason += (f" (the offline run keeps it in HBM: kv_fraction {g['kv_fraction']:g} of what the "
+                           f"weights, the runtime's reserve and the engine's "
+                           f"{fmt_bytes(g['engine_memory_bytes'])} (engine_memory_bytes) leave)")
         else:
             used = [f"{fmt_bytes(v)} {t}" for t, v in by_tier.items() if v > 0]
             reason = "KV cache in " + (", ".join(used) if used else "HBM (empty)")
