@@ -18,6 +18,7 @@ import pytest
 
 import snlab
 from snlab import network as net
+from snlab.hardware import hardware
 from snlab.serving import deployment as dp_
 from snlab.serving import engine as E
 from snlab.serving import offline as off
@@ -65,6 +66,88 @@ def test_captured_batches_pad_a_decode_step():
     assert E.padded(3000.0, 1.0) == 3072
     assert E.padded(9000.0, 1.0) == 9000                    # above every captured size
     np.testing.assert_array_equal(E.max_batch(np.array([10.0, 100.0, 300.0, 1100.0])), [64, 128, 384, 1280])
+
+
+def test_the_largest_graph_bounds_the_padding():
+    # TensorRT-LLM captures the listed sizes up to its bound and the bound itself
+    assert E.padded(744.0, 1.0, 1024.0) == 1024                  # the listed 1,024 graph
+    assert E.padded(744.0, 1.0, 896.0) == 896                    # 1,024 exceeds the bound: padded to it
+    assert E.padded(600.0, 1.0, 640.0) == 640
+    assert E.padded(700.0, 1.0, 640.0) == 700                    # above the largest graph: the batch itself
+    assert E.padded(744.0, 1.0) == 768                           # by default the bound is max_batch(744)
+
+
+def test_a_decode_step_pads_to_the_engine_s_largest_graph():
+    def computed(**limits):
+        dep = deployment(tp=2, batch=625, graphs=1, **limits)
+        w, place = placed(dep)
+        dec = S.decode(SS, dep, HW, w, place)
+        return [n for n in (625.0, 640.0, 700.0, 768.0, 1024.0)
+                if dec.stage.parts.dense == approx(S.forward_pass(SS, dep, HW, w, 625.0, 4096.0, dec.kv_read,
+                                                                  place.share, 625.0, prefill=False,
+                                                                  computed=n).dense)]
+    assert computed() == [640.0]                                  # max_batch(625): 640
+    assert computed(max_sequences=768, max_step_tokens=2048) == [768.0]
+    assert computed(max_sequences=1280, max_step_tokens=2048) == [1024.0]
+    assert computed(max_sequences=1280, max_step_tokens=700) == [700.0]   # the token budget bounds it
+    assert computed(max_sequences=600) == [625.0]                 # beyond the largest graph: no padding
+    assert computed(max_sequences=1) == [625.0] and computed(max_sequences=1280, max_step_tokens=1) == [625.0]
+    # max_batch_size bounds a pipeline stage's micro-batch: 2 stages of 625 under 1,280 in flight
+    for step_tokens in (4096, 0):
+        dep = deployment(tp=2, pp=2, batch=1250, graphs=1, max_sequences=1280, max_step_tokens=step_tokens)
+        w, place = placed(dep)
+        dec = S.decode(SS, dep, HW, w, place)
+        assert dec.stage.parts.dense == approx(S.forward_pass(SS, dep, HW, w, 625.0, 4096.0, dec.kv_read,
+                                                              place.share, 625.0, prefill=False,
+                                                              computed=640.0).dense)
+    # with a draft token a sequence takes two tokens of the budget: 1,400 tokens hold 700 of them
+    dep = deployment(tp=2, batch=625, graphs=1, draft_tokens=1, max_sequences=1280, max_step_tokens=1400)
+    w, place = placed(dep)
+    dec = S.decode(SS, dep, HW, w, place)
+    assert dec.stage.parts.dense == approx(S.forward_pass(SS, dep, HW, w, 1250.0, 4096.0, dec.kv_read, place.share,
+                                                          1250.0, prefill=False, computed=2 * 700.0).dense)
+
+
+def test_trtllm_bench_sizes_the_engine_from_its_own_estimate():
+    """Llama 3.1 405B NVFP4 on 4 B200 at ISL/OSL 500/2000, as tuning.py computes it."""
+    model, sizes = snlab.model("llama3-405b"), S.serving_sizes(snlab.model("llama3-405b"))
+    hw = hardware(snlab.system("dgx-b200"))
+    dep = deployment(tp=4, weight_bytes=0.5625, kv_bytes=1, scenario=1, requests=3000, prompt_len=500,
+                     output_len=2000)
+    layers = 126 * (16384 * (2 * 16384 + 2 * 1024) + 3 * 16384 * 53248 + 2 * 16384) + 16384   # and the norms
+    stored = layers / 2 + layers / 16 + 2 * 128256 * 16384      # packed pairs, FP8 scales; BF16 embeddings, head
+    weights = stored * 0.5                                       # at NVFP4's 0.5 bytes an element
+    per_request = 2 * 126 * 8 * 128 * 1.0 * 2500                 # FP8 K and V of 8 heads, 2,500 tokens
+    requests = 0.95 * (4 * 183359 * 2**20 - weights) / per_request
+    assert requests == approx(963.07, rel=1e-4)
+    assert float(off.bench_requests(dep, hw, sizes.checkpoint)) == approx(requests)
+    batch, tokens = off.bench_settings(dep, hw, sizes.checkpoint)
+    assert (float(batch), float(tokens)) == (1024, 2048)          # 128 ceil(963 / 128); 963 x 1.25 below 2,048
+    short = deployment(tp=4, weight_bytes=0.5625, kv_bytes=1, prompt_len=128, output_len=128)
+    assert [float(x) for x in off.bench_settings(short, hw, sizes.checkpoint)] == [4096, 8192]   # capped at 4,096
+    fp8 = deployment(tp=8, weight_bytes=1, kv_bytes=1, prompt_len=500, output_len=2000)
+    weights8 = (layers + 2 * 128256 * 16384) * 1.0               # every element stored as one byte
+    assert float(off.bench_requests(fp8, hw, sizes.checkpoint)) == approx(
+        0.95 * (8 * 183359 * 2**20 - weights8) / per_request)
+    assert model.head_dim == 128
+    # a mixture of experts stores its experts quantised too; embeddings and head stay 16-bit
+    ds = S.serving_sizes(snlab.model("deepseek-v3")).checkpoint
+    assert ds.quantised == approx(671026404352 - 2 * 129280 * 7168) and ds.kept == 2 * 129280 * 7168
+    assert (ds.layers, ds.kv_heads, ds.head_size) == (61, 128, 56)     # its configuration's heads, 7,168 / 128
+    bf16 = deployment(tp=8, weight_bytes=2, kv_bytes=2, prompt_len=500, output_len=2000)
+    weights16 = (layers + 2 * 128256 * 16384) * 2.0              # one element a weight, two bytes each
+    assert float(off.bench_requests(bf16, hw, sizes.checkpoint)) == approx(
+        0.95 * (8 * 183359 * 2**20 - weights16) / (2 * per_request))
+    # two pipeline stages: the group's memory is 8 devices', the batch a stage's half of it
+    pp2 = deployment(tp=4, pp=2, weight_bytes=0.5625, kv_bytes=1, prompt_len=500, output_len=2000)
+    requests2 = 0.95 * (8 * 183359 * 2**20 - weights) / per_request
+    assert float(off.bench_requests(pp2, hw, sizes.checkpoint)) == approx(requests2)
+    assert [float(x) for x in off.bench_settings(pp2, hw, sizes.checkpoint)] == [
+        E.max_batch(requests2 / 2), off.step_budget(requests2 / 2, pp2)]
+    # more tensor-parallel ranks than KV heads: each rank still keeps one
+    wide = deployment(tp=16, weight_bytes=1, kv_bytes=1, prompt_len=500, output_len=2000)
+    assert float(off.bench_requests(wide, hw, sizes.checkpoint)) == approx(
+        0.95 * (16 * 183359 * 2**20 - weights8) / (2 * per_request))
 
 
 def test_a_padded_decode_step_computes_its_empty_slots():
@@ -211,7 +294,7 @@ def test_an_offline_run_takes_its_waves_one_after_another():
     dep = offline_deployment(max_sequences=100, requests=350)
     w, place = placed(dep)
     run = off.offline(dep, HW, w.per_device, place.kv_per_token, place.shard,
-                      lambda d: 1e-3 * float(d.prefill_batch), lambda d: 1e-6 * float(d.batch) + 0.01, 1.0)
+                      lambda d: 1e-3 * float(d.prefill_batch), lambda d: 1e-6 * float(d.batch) + 0.01, 1.0, SS.checkpoint)
     assert run.batch == 100 and run.waves == 4 and run.last_batch == 50
     assert run.step_tokens == 2048                               # 100 (1 + 1000 / 200) = 600, at least 2,048
     chunks, c_last = math.ceil(100 * 1000 / 2048), math.ceil(50 * 1000 / 2048)
@@ -234,7 +317,7 @@ def test_an_offline_wave_flows_through_the_pipeline():
     w, place = placed(dep)
     held = off.kv_sequences(dep, HW, w.per_device, place.kv_per_token, place.shard)
     run = off.offline(dep, HW, w.per_device, place.kv_per_token, place.shard,
-                      lambda d: 1e-3, lambda d: 0.01, 1.0)
+                      lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
     assert held > 100 and run.batch == 100 and run.waves == 1      # every request in one wave
     chunks = math.ceil(100 * 1000 / 2048)
     assert run.makespan == approx((chunks + 1) * 1e-3 + 199 * 0.01)   # one more stage to drain
@@ -242,7 +325,7 @@ def test_an_offline_wave_flows_through_the_pipeline():
     tiny = dataclasses.replace(HW, hbm_capacity=4e9)
     w = S.weights(SS.base, dep, tiny)
     starved = off.offline(dep, tiny, w.per_device, place.kv_per_token, place.shard, lambda d: 1e-3,
-                          lambda d: 0.01, 1.0)
+                          lambda d: 0.01, 1.0, SS.checkpoint)
     assert not starved.fits
 
 
@@ -324,14 +407,18 @@ def test_the_offline_engine_limits():
     place = S.placement(SS, dep, big, w)
     seen = []
     run = off.offline(dep, big, w.per_device, place.kv_per_token, place.shard,
-                      lambda d: 1e-3, lambda d: seen.append(float(d.batch)) or 0.01, 1.0)
-    assert run.batch == 4096 / 2 and run.waves == math.ceil(4500 / 2048)   # 4,500 a replica, 2,048 in flight
-    assert seen[0] == 2048 * 2                                    # the decode step sees both replicas
+                      lambda d: 1e-3, lambda d: seen.append(d) or 0.01, 1.0, SS.checkpoint)
+    # trtllm-bench's max_batch_size bounds a micro-batch: 4,096 / 2 stages, and a replica keeps
+    # one a stage in flight; 4,500 requests a replica take two waves
+    assert run.batch == 2 * 2048 and run.waves == math.ceil(4500 / 4096)
+    assert seen[0].batch == 4096 * 2                              # the decode step sees both replicas
+    # and the engine's limits, from which it knows its largest captured graph
+    assert seen[0].max_sequences == 4096 and seen[0].max_step_tokens == run.step_tokens
     one = off.offline(offline_deployment(max_sequences=1, max_step_tokens=1, requests=3), HW, w.per_device,
-                      place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0)
+                      place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
     assert one.batch == 1 and one.step_tokens == 1 and one.chunks == 1000  # a prompt token a step
     drafts = off.offline(offline_deployment(max_step_tokens=64, requests=500), HW, w.per_device,
-                         place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 2.0)
+                         place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 2.0, SS.checkpoint)
     assert drafts.step_tokens == 2 * drafts.batch > 64            # a step holds every sequence's tokens
     # 4,500 and 8,502 tokens: rounded to 512 below 8,192, to 1,024 above
     np.testing.assert_array_equal(off.step_budget(np.array([750.0, 1417.0]), offline_deployment()), [4608, 9216])
@@ -344,12 +431,12 @@ def test_a_cache_for_exactly_one_sequence_runs():
     place = S.placement(SS, dep, HW, w)
     one_sequence = 1216 * place.kv_per_token / place.shard / 0.95
     hw = dataclasses.replace(HW, hbm_capacity=HW.memory_reserve + ENGINE_MEMORY + w.per_device + 1.5 * one_sequence)
-    run = off.offline(dep, hw, w.per_device, place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0)
+    run = off.offline(dep, hw, w.per_device, place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
     assert run.kv_sequences == 1 and run.fits and run.batch == 1
     starved = dataclasses.replace(HW, hbm_capacity=HW.memory_reserve + ENGINE_MEMORY + w.per_device
                                   + 0.5 * one_sequence)
     none = off.offline(dep, starved, w.per_device, place.kv_per_token, place.shard, lambda d: 1e-3,
-                       lambda d: 0.01, 1.0)
+                       lambda d: 0.01, 1.0, SS.checkpoint)
     assert none.kv_sequences == 0 and not none.fits and none.batch == 1
 
 

@@ -59,10 +59,12 @@ MAX_ENGINE_MEMORY = 1e13
 #: (CUDA graphs, the NPU's graph mode), as every engine benchmarked here runs by default;
 #: host_step_s 0: the host's scheduling hidden behind the previous step. The offline
 #: scenario's engine limits follow trtllm-bench (TensorRT-LLM tensorrt_llm/bench/build/
-#: tuning.py): max_sequences 0 sizes the batch to what the KV cache holds (at most 4,096),
-#: max_step_tokens 0 gives a step min(b (1 + prompt/output), 32,768) tokens, rounded as
-#: trtllm-bench rounds it; kv_fraction 0.95 of the memory left after the weights and the
-#: engine's own working memory (what trtllm-bench sizes its batch with, and the KV fraction
+#: tuning.py): max_sequences 0 and max_step_tokens 0 take its max_batch_size and
+#: max_num_tokens, which it derives from its own estimate of the requests the KV cache holds
+#: (snlab.serving.offline.bench_settings; the run keeps at most what the cache does hold in
+#: flight, and its largest captured graph is the smaller of the two limits); kv_fraction
+#: 0.95 of the memory left after the weights and the engine's own working memory (the
+#: fraction trtllm-bench also sizes its estimate with, and the KV fraction
 #: NVIDIA's published runs use; TensorRT-LLM's own default is 0.90), in blocks of 32 tokens
 #: (its tokens_per_block); engine_memory_bytes ENGINE_MEMORY, which the offline run and a
 #: request queue's instance leave aside before they size the KV cache.
@@ -98,7 +100,7 @@ ALLOWED = dict(
     graphs="true or false (the step replayed from a captured graph)",
     host_step_s="a time in seconds from 0 to 1 (host work per step not hidden behind the previous one)",
     scenario=", ".join(SCENARIOS), requests="a whole number of requests from 1 to 1,000,000,000 (offline scenario)",
-    max_sequences="0 (as many as the KV cache holds) or a whole number of sequences in flight per replica",
+    max_sequences="0 (trtllm-bench's choice) or a whole number of sequences in flight per replica",
     max_step_tokens="0 (trtllm-bench's choice) or a whole number of tokens a step may process per replica, at "
                     "least the decode tokens of a step",
     kv_fraction="a fraction in (0, 1] of the memory left after the weights and the engine's working memory given to "

@@ -62,15 +62,22 @@ def max_batch(sequences):
                  where(sequences < 1024, 128 * np.ceil(sequences / 128), 256 * np.ceil(sequences / 256)))
 
 
-def padded(sequences, graphs):
-    """Sequences a decode step computes: the next captured batch size, or the engine's
-    largest batch if that comes first (the padded slots' GEMMs run too; their attention
-    does not, having no context); beyond the largest captured size, or without graphs,
-    the batch itself."""
+def padded(sequences, graphs, largest=None):
+    """Sequences a decode step computes: the next captured batch size, or the largest
+    graph the engine captures if that comes first (the padded slots' GEMMs run too; their
+    attention does not, having no context); beyond the largest captured size, or without
+    graphs, the batch itself.
+
+    ``largest`` is that largest graph: TensorRT-LLM keeps the captured sizes up to
+    min(max_batch_size, max_num_tokens / (1 + draft tokens)) and, with padding on, adds
+    that bound itself when a listed size exceeds it (tensorrt_llm/_torch/pyexecutor/
+    model_engine.py, ``_filter_cuda_graph_batch_sizes``). By default the engine's
+    max_batch_size is the batch itself as trtllm-bench rounds it (:func:`max_batch`)."""
     i = np.minimum(np.searchsorted(CAPTURED_BATCHES, sequences - 1e-9), len(CAPTURED_BATCHES) - 1)
     # CAPTURED_BATCHES[i]; a scalar kernel looks it up by the traced index itself
     captured = np.choose(i, CAPTURED_BATCHES) if _kernel.is_traced(i) else CAPTURED_BATCHES[i]
-    size = np.maximum(np.minimum(captured, max_batch(sequences)), sequences)
+    largest = max_batch(sequences) if largest is None else largest
+    size = np.maximum(np.minimum(captured, largest), sequences)
     return where((graphs > 0) & (sequences <= CAPTURED_BATCHES[-1]), size, sequences)
 
 

@@ -3,12 +3,13 @@
 This is what the engines' throughput benchmarks run (``trtllm-bench throughput``,
 vLLM's ``benchmark_throughput.py``, MLPerf's Offline scenario): N requests of the same
 prompt and output length arrive together. The engine keeps as many sequences in
-flight per replica as its limit and its KV cache allow (``max_sequences``; by default
-what ``kv_fraction`` of the memory left after the weights and the engine's own
-working memory (``engine_memory_bytes``) holds, in blocks of
-``kv_block_tokens``, at most 4,096 per pipeline), prefills a wave of them in chunks of
-its per-step token budget (``max_step_tokens``; by default as trtllm-bench sets it,
-:func:`step_budget`), and decodes them together; identical
+flight per replica as its limit and its KV cache allow (the KV cache holds what
+``kv_fraction`` of the memory left after the weights and the engine's own working
+memory (``engine_memory_bytes``) takes, in blocks of ``kv_block_tokens``; the limit is
+``max_sequences``, by default trtllm-bench's max_batch_size, :func:`bench_settings`),
+prefills a wave of them in chunks of its per-step token budget (``max_step_tokens``; by
+default trtllm-bench's max_num_tokens), and decodes them together, replayed from the
+captured graph the batch pads to; identical
 requests finish together, so the next wave enters then
 (:data:`snlab.walls.serving.wave_time`). The run takes its waves one after another
 (``offline_makespan``); its output tokens per second and its mean time to first token
@@ -27,11 +28,12 @@ from ..hardware import Hardware
 from ..walls import serving as sv
 from .deployment import Deployment
 from .. import kernel as _kernel
+from . import engine as _engine
 
 _kernel.loaded(__name__)
 
-#: trtllm-bench's caps: sequences a replica keeps in flight (over its pipeline stages) and
-#: tokens one step may take (tensorrt_llm/bench/build/tuning.py, finetune_setting)
+#: trtllm-bench's caps: the requests its estimate of the KV cache may give the engine, and
+#: the tokens one step may take (tensorrt_llm/bench/build/tuning.py, finetune_setting)
 MAX_IN_FLIGHT, MAX_STEP_TOKENS = 4096.0, 32768.0
 
 
@@ -73,16 +75,69 @@ def kv_sequences(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token
 
 def step_budget(batch, dep: Deployment):
     """The tokens a step may take when the deployment leaves it to the engine, as
-    trtllm-bench sets max_num_tokens: b (1 + prompt / output) tokens, at most 32,768,
-    rounded up to 256 (at least 2,048) below 4,096, to 512 below 8,192, else to 1,024."""
+    trtllm-bench sets max_num_tokens from its estimate of the batch: b (1 + prompt / output)
+    tokens, at most 32,768, rounded up to 256 (at least 2,048) below 4,096, to 512 below
+    8,192, else to 1,024."""
     raw = np.minimum(batch * (1 + dep.prompt_len / dep.output_len), MAX_STEP_TOKENS)
     return where(raw < 4096, np.maximum(2048.0, 256 * np.ceil(raw / 256)),
                  where(raw < 8192, 512 * np.ceil(raw / 512), 1024 * np.ceil(raw / 1024)))
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """What trtllm-bench reads of a model before it runs it: the parameters its checkpoint
+    stores quantised (the transformer layers' and experts' matrices) and those it keeps in
+    16 bits (embeddings and output head), and the layers, KV heads and head size of the
+    model's configuration (a latent-attention model's as its Hugging Face configuration
+    states them: every attention head, and hidden size / heads)."""
+
+    quantised: float
+    kept: float
+    layers: float
+    kv_heads: float
+    head_size: float
+
+
+def bench_bytes(stored_bytes):
+    """Bytes per element trtllm-bench's heuristic takes for a precision stored at
+    ``stored_bytes`` (:data:`snlab.hardware.DTYPE_BYTES`): NVFP4 0.5, FP8 1, unquantised 2
+    (tensorrt_llm/bench/build/tuning.py, ``BYTES_PER_ELEM``)."""
+    return where(stored_bytes < 1, 0.5, stored_bytes)
+
+
+def bench_requests(dep: Deployment, hw: Hardware, ck: Checkpoint):
+    """Requests trtllm-bench expects the KV cache of one replica to hold, from which it sets
+    the engine's limits (tensorrt_llm/bench/build/tuning.py, ``calc_engine_setting``):
+    ``kv_fraction`` of the group's total device memory (as nvidia-smi reports it) less its
+    estimate of the weights, over each request's prompt + output tokens at its estimate
+    of the KV bytes per token. The weights it estimates as the parameter count of the
+    checkpoint's tensors (``dataclasses.py``, ``get_param_count``: an NVFP4 tensor stores
+    two weights per byte and an FP8 scale per 16 weights, so counts 0.5625 elements per
+    weight) at its bytes per element (:func:`bench_bytes`), the 16-bit embeddings and head
+    included; the KV cache at 2 x layers x max(tp, KV heads) x head size elements per token.
+    It counts neither the runtime's reserve nor the engine's working memory, so it
+    expects at least what the cache holds."""
+    elements = np.minimum(dep.weight_bytes, 1.0)      # per weight: 0.5625 for NVFP4, else one
+    weights = (ck.quantised * elements + ck.kept) * bench_bytes(dep.weight_bytes)
+    per_token = 2 * ck.layers * np.maximum(dep.tp, ck.kv_heads) * ck.head_size * bench_bytes(dep.kv_bytes)
+    free = hw.hbm_capacity * dep.tp * dep.pp - weights
+    return dep.kv_fraction * free / (per_token * (dep.prompt_len + dep.output_len))
+
+
+def bench_settings(dep: Deployment, hw: Hardware, ck: Checkpoint):
+    """trtllm-bench's max_batch_size and max_num_tokens for a run left to its heuristic
+    (tensorrt_llm/bench/build/tuning.py, ``finetune_setting``): the batch it expects
+    (:func:`bench_requests`, at most 4,096, per pipeline stage) rounded up as
+    :func:`snlab.serving.engine.max_batch` rounds it, and that batch's step budget
+    (:func:`step_budget`)."""
+    raw = np.minimum(bench_requests(dep, hw, ck), MAX_IN_FLIGHT) / dep.pp
+    return _engine.max_batch(raw), step_budget(raw, dep)
+
+
 def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, shard, prefill_pass, decode_step,
-            sequences_per_step) -> Offline:
-    """The offline run of ``dep.requests`` requests over ``dep.dp`` replicas.
+            sequences_per_step, ck: Checkpoint) -> Offline:
+    """The offline run of ``dep.requests`` requests over ``dep.dp`` replicas; ``ck`` the
+    model as trtllm-bench reads it, for the limits the deployment leaves to it.
 
     ``prefill_pass(d)`` gives the time of one stage pass of deployment ``d``'s prefill
     (its ``prefill_batch`` prompts at once), ``decode_step(d)`` the decode step of ``d``'s
@@ -90,17 +145,19 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
     sequence (1 + draft tokens)."""
     per_replica = np.ceil(dep.requests / dep.dp)
     held = kv_sequences(dep, hw, weights_per_device, kv_per_token, shard)
-    cap = where(dep.max_sequences > 0, dep.max_sequences, np.floor(MAX_IN_FLIGHT / dep.pp))
+    bench_batch, bench_tokens = bench_settings(dep, hw, ck)
+    # max_batch_size bounds each pipeline stage's micro-batch: a replica keeps pp of them
+    cap = where(dep.max_sequences > 0, dep.max_sequences, bench_batch * dep.pp)
     b = np.maximum(np.minimum(np.minimum(held, cap), per_replica), 1.0)
     waves = np.ceil(per_replica / b)
     last = per_replica - (waves - 1) * b
-    budget = np.maximum(where(dep.max_step_tokens > 0, dep.max_step_tokens, step_budget(b, dep)),
-                        b * sequences_per_step)
+    budget = np.maximum(where(dep.max_step_tokens > 0, dep.max_step_tokens, bench_tokens), b * sequences_per_step)
+    limits = dict(max_sequences=cap, max_step_tokens=budget)
 
     def wave(n):
         chunks = np.ceil(n * dep.prompt_len / budget)
-        stage = prefill_pass(dataclasses.replace(dep, prefill_batch=n / chunks))
-        step = decode_step(dataclasses.replace(dep, batch=n * dep.dp))
+        stage = prefill_pass(dataclasses.replace(dep, prefill_batch=n / chunks, **limits))
+        step = decode_step(dataclasses.replace(dep, batch=n * dep.dp, **limits))
         # a wave's chunks flow through the pipeline's stages one behind the other; a prompt's
         # first token comes when its chunk leaves the last stage, half-way through on average
         time = sv.wave_time(prefill_chunks=chunks + dep.pp - 1, chunk_time=stage, mean_output_len=dep.output_len,

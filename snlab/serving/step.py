@@ -86,7 +86,8 @@ class ServingSizes:
     """What serving needs beyond :class:`~snlab.sizing.ModelSizes`: KV-cache elements per
     token of context, attention FLOPs per query per key at prefill (uncompressed) and at
     decode (MLA absorbed), the most ways tensor parallelism splits the KV cache, and the
-    kernels a layer launches (:func:`snlab.serving.engine.kernels`)."""
+    kernels a layer launches (:func:`snlab.serving.engine.kernels`), and the model as
+    trtllm-bench reads it (:class:`snlab.serving.offline.Checkpoint`)."""
 
     base: ModelSizes
     kv_elements_per_token: float
@@ -97,6 +98,7 @@ class ServingSizes:
     gemm_k_col: float
     gemm_k_row: float
     expert_ffn: float
+    checkpoint: off.Checkpoint
 
 
 @lru_cache(maxsize=256)
@@ -114,7 +116,11 @@ def serving_sizes(model) -> ServingSizes:
     return ServingSizes(base=base, kv_elements_per_token=float(kv_cache_bytes_per_token(model, 1.0)),
                         prefill_attention_per_key=prefill, decode_attention_per_key=decode, kv_shard_max=shard,
                         kernels=engine.kernels(model), gemm_k_col=k_col, gemm_k_row=k_row,
-                        expert_ffn=float(model.moe.expert_ffn_hidden_size if model.moe else 0))
+                        expert_ffn=float(model.moe.expert_ffn_hidden_size if model.moe else 0),
+                        checkpoint=off.Checkpoint(quantised=float(base.layer_params + base.expert_params),
+                                                  kept=float(base.embedding_params * base.embedding_copies),
+                                                  layers=float(model.layers), kv_heads=float(model.kv_heads),
+                                                  head_size=float(model.head_dim)))
 
 
 def gemm_inner_dims(model) -> tuple[float, float]:
@@ -422,7 +428,12 @@ def decode(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: P
     seqs = dep.batch / dep.dp / p               # sequences per pipeline micro-batch
     tok = seqs * (kd + 1)
     kv_read = seqs * dep.context * place.kv_per_token / (p * place.shard)
-    computed = engine.padded(seqs, dep.graphs) * (kd + 1)
+    # an engine given its limits captures graphs up to max_batch_size (per micro-batch) and the
+    # decode batches its token budget takes; without them, up to the batch as trtllm-bench rounds it
+    graph_cap = where(dep.max_step_tokens > 0, np.minimum(dep.max_sequences / p, dep.max_step_tokens / (kd + 1)),
+                      dep.max_sequences / p)
+    largest = where(dep.max_sequences > 0, graph_cap, engine.max_batch(seqs))
+    computed = engine.padded(seqs, dep.graphs, largest) * (kd + 1)
     st = stage(ss, dep, hw, w, tok, dep.context, kv_read, place.share, tok, prefill=False, computed=computed)
     hop = where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
                                              dep.devices <= hw.scale_up_domain_size, hw), 0.0)
@@ -548,7 +559,7 @@ def offline_run(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, pla
         return decode(ss, d, hw, w, placement(ss, d, hw, w)).step
 
     return off.offline(dep, hw, w.per_device, place.kv_per_token, place.shard, prefill_pass, decode_step,
-                       dep.draft_tokens + 1)
+                       dep.draft_tokens + 1, ss.checkpoint)
 
 
 def offline_columns(dep: Deployment, place: Placement, run, fits) -> dict:
