@@ -337,3 +337,12 @@ def test_ctrl_c_ends_a_command_with_one_line_and_status_130(monkeypatch, capsys)
     monkeypatch.setattr(figures, "export", interrupted)
     assert figures.main(["--out", "unused"]) == 130
     assert capsys.readouterr().err == "python -m snlab.figures: interrupted\n"
+
+
+def test_devices_as_a_numpy_scalar_or_0d_array():
+    """numpy's forms of a whole number count as that number; an array of them is refused."""
+    plain = snlab.train("llama3-8b", "dgx-h100", devices=8, dp=8, global_batch=64)
+    for devices in (np.int64(8), np.array(8), np.float64(8.0)):
+        assert snlab.train("llama3-8b", "dgx-h100", devices=devices, dp=8, global_batch=64).mfu == plain.mfu
+    with pytest.raises(snlab.SnlabError, match="devices"):
+        snlab.train("llama3-8b", "dgx-h100", devices=np.array([8, 16]), dp=8, global_batch=64)

@@ -277,9 +277,9 @@ def _check_precision(precision) -> None:
                          ", ".join(PRECISIONS) + " (several only in snlab.sweep)")
 
 
-def _check_devices(devices) -> None:
-    if devices is not None:
-        grid.whole_number("devices", devices, 1, MAX_DEVICES)
+def _check_devices(devices) -> int | None:
+    """``devices`` as an int (a numpy scalar or 0-d array counts), or None."""
+    return None if devices is None else grid.whole_number("devices", devices, 1, MAX_DEVICES)
 
 
 #: each field of a :class:`~snlab.training.plan.Plan` and the plan column it takes
@@ -317,7 +317,7 @@ def evaluate(model: Model, system: System, axes: dict, precision: str = "bf16", 
     """Plan columns, swept hardware, labels, rule violations and output columns for
     ``axes``, each laid out flat, one row per configuration; with the power, energy and
     cost columns (:func:`snlab.energy.training_columns`) when the system has a power model."""
-    _check_devices(devices)
+    devices = _check_devices(devices)
     g, hw, labels = _grid(model, system, axes, precision)
     plan = plan_of(g)
     broken = pl.violations(model, plan, devices)
@@ -386,7 +386,7 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
     for name, value in plan.items():
         if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim > 0):
             raise SnlabError(name, "got a list", "one value; use snlab.sweep for grids")
-    _check_devices(devices)
+    devices = _check_devices(devices)
     g, hw, labels = _grid(m, s, plan, precision)
     row = _kernel_row(m, s, hw, g, labels, precision, devices, prices, pue)
     if row is None:
