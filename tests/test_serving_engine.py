@@ -130,6 +130,12 @@ def test_trtllm_bench_sizes_the_engine_from_its_own_estimate():
     assert float(off.bench_requests(fp8, hw, sizes.checkpoint)) == approx(
         0.95 * (8 * 183359 * 2**20 - weights8) / per_request)
     assert model.head_dim == 128
+    # end to end: 1,000 + 2,000 tokens, 1,500 requests; the cache holds 625, the engine takes 896
+    o = snlab.serve("llama3-405b", "dgx-b200", tp=4, weight_dtype="fp4", kv_dtype="fp8", scenario="offline",
+                    requests=1500, prompt_len=1000, output_len=2000).offline
+    requests3 = 0.95 * (4 * 183359 * 2**20 - weights) / (per_request / 2500 * 3000)
+    assert o["max_batch_size"] == E.max_batch(requests3) == 896 and o["sequences"] == o["kv_sequences"] == 625
+    assert o["step_tokens"] == 2048
     # a mixture of experts stores its experts quantised too; embeddings and head stay 16-bit
     ds = S.serving_sizes(snlab.model("deepseek-v3")).checkpoint
     assert ds.quantised == approx(671026404352 - 2 * 129280 * 7168) and ds.kept == 2 * 129280 * 7168
@@ -333,6 +339,7 @@ def test_offline_columns_and_the_fixed_scenario():
     dep = offline_deployment(max_sequences=64)
     out = S.serve_columns(snlab.model("megatron-1.7b"), dep, HW)
     assert out["offline_sequences"] == 64 and out["offline_waves"] == math.ceil(1000 / 64)
+    assert out["offline_max_batch_size"] == 64
     assert out["offline_tokens_per_s"] == approx(1000 * 200 / out["offline_makespan_s"])
     assert out["offline_tokens_per_s_per_device"] == approx(out["offline_tokens_per_s"] / 2)
     assert bool(out["fits"])
@@ -414,6 +421,7 @@ def test_the_offline_engine_limits():
     assert seen[0].batch == 4096 * 2                              # the decode step sees both replicas
     # and the engine's limits, from which it knows its largest captured graph
     assert seen[0].max_sequences == 4096 and seen[0].max_step_tokens == run.step_tokens
+    assert run.max_batch == 4096
     one = off.offline(offline_deployment(max_sequences=1, max_step_tokens=1, requests=3), HW, w.per_device,
                       place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
     assert one.batch == 1 and one.step_tokens == 1 and one.chunks == 1000  # a prompt token a step

@@ -40,13 +40,15 @@ MAX_IN_FLIGHT, MAX_STEP_TOKENS = 4096.0, 32768.0
 @dataclass(frozen=True)
 class Offline:
     """An offline run on one replica: sequences in flight ``batch`` (the last wave's
-    ``last_batch``), what the KV cache holds (``kv_sequences``), the waves, the step's
-    token budget, the chunked-prefill steps of a wave, the run's time [s], its output
-    tokens per second for the whole deployment, the mean TTFT and TPOT [s]."""
+    ``last_batch``), what the KV cache holds (``kv_sequences``), the most the engine keeps
+    in flight (``max_batch``: its max_batch_size over the pipeline's stages), the waves,
+    the step's token budget, the chunked-prefill steps of a wave, the run's time [s], its
+    output tokens per second for the whole deployment, the mean TTFT and TPOT [s]."""
 
     batch: np.ndarray
     last_batch: np.ndarray
     kv_sequences: np.ndarray
+    max_batch: np.ndarray
     waves: np.ndarray
     step_tokens: np.ndarray
     chunks: np.ndarray
@@ -169,7 +171,8 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
     makespan = sv.offline_makespan(waves=waves, wave_time=full, last_wave_time=partial)
     ttft = sv.offline_mean_ttft(batch_sequences=b, waves=waves, wave_time=full, first_token_time=first,
                                 last_wave_sequences=last, last_first_token_time=last_first, requests=per_replica)
-    return Offline(batch=b, last_batch=last, kv_sequences=held, waves=waves, step_tokens=budget, chunks=chunks,
+    return Offline(batch=b, last_batch=last, kv_sequences=held, max_batch=cap, waves=waves, step_tokens=budget,
+                   chunks=chunks,
                    makespan=makespan,
                    tokens_per_s=sv.offline_throughput(requests=dep.requests, mean_output_len=dep.output_len,
                                                       time=makespan),

@@ -23,7 +23,8 @@ def _rate(x: float) -> str:
 _OFFLINE = (("tokens_per_s", "offline_tokens_per_s"), ("tokens_per_s_per_device", "offline_tokens_per_s_per_device"),
             ("ttft_s", "offline_ttft_s"), ("tpot_s", "offline_tpot_s"), ("sequences", "offline_sequences"),
             ("kv_sequences", "offline_kv_sequences"), ("waves", "offline_waves"), ("step_tokens", "offline_step_tokens"),
-            ("prefill_chunks", "offline_prefill_chunks"), ("makespan_s", "offline_makespan_s"))
+            ("prefill_chunks", "offline_prefill_chunks"), ("makespan_s", "offline_makespan_s"),
+            ("max_batch_size", "offline_max_batch_size"))
 _WALLS = ("compute", "memory", "communication")
 
 
@@ -39,8 +40,9 @@ class ServeResult(Result):
     tokens' passes through the output head, part of ``dense``). ``offline`` holds the
     offline scenario's run (``scenario="offline"``): output tokens per second of the whole
     deployment and per device, mean TTFT and TPOT, the sequences the engine keeps in
-    flight per replica and how many the KV cache holds, its waves, the step's token
-    budget, the chunks a wave's prefill takes and the run's time; empty otherwise.
+    flight per replica, how many the KV cache holds and the most the engine takes
+    (``max_batch_size``, over the pipeline's stages), its waves, the step's token budget,
+    the chunks a wave's prefill takes and the run's time; empty otherwise.
     ``lender_devices`` are the peers whose HBM the KV cache borrows through the pool:
     they serve nothing meanwhile, so every per-device throughput counts them.
     ``*_low`` / ``*_high`` bound the decode and prefill figures by the error bands of
@@ -124,7 +126,8 @@ class ServeResult(Result):
         limited = "memory" if not row["fits"] else max(walls, key=walls.get)
         time_s = {p: row[f"time_{p}_s"] for p in _TIME_PARTS}
         time_s["ep_exposed"] = row["exposed_ep_s"]
-        offline = ({k: (int(row[c]) if k in ("sequences", "kv_sequences", "waves", "step_tokens", "prefill_chunks")
+        offline = ({k: (int(row[c]) if k in ("sequences", "kv_sequences", "waves", "step_tokens", "prefill_chunks",
+                                             "max_batch_size")
                         else row[c]) for k, c in _OFFLINE} if dep["scenario"] == "offline" else {})
         time_s["draft_head"] = row["time_draft_head_s"]
         time_s["walls"] = walls
@@ -177,7 +180,9 @@ class ServeResult(Result):
             ("offline: how far to trust it", o["band"]),
             ("offline: mean TTFT, TPOT", f"{fmt_seconds(o['ttft_s'])}, {fmt_seconds(o['tpot_s'])}"),
             ("offline: sequences in flight", f"{o['sequences']:,} per replica (the KV cache holds "
-                                             f"{o['kv_sequences']:,}), {o['waves']:,} wave{'s' if o['waves'] != 1 else ''}, a step of at most "
+                                             f"{o['kv_sequences']:,}, the engine takes up to "
+                                             f"{o['max_batch_size']:,}), {o['waves']:,} wave"
+                                             f"{'s' if o['waves'] != 1 else ''}, a step of at most "
                                              f"{o['step_tokens']:,} tokens"),
             ("offline: run time", fmt_seconds(o["makespan_s"])),
         ] if o else []
