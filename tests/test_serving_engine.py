@@ -92,6 +92,7 @@ def test_a_decode_step_pads_to_the_engine_s_largest_graph():
     assert computed(max_sequences=1280, max_step_tokens=700) == [700.0]   # the token budget bounds it
     assert computed(max_sequences=600) == [625.0]                 # beyond the largest graph: no padding
     assert computed(max_sequences=1) == [625.0] and computed(max_sequences=1280, max_step_tokens=1) == [625.0]
+    assert computed(max_step_tokens=600) == [625.0]               # the token budget bounds the default too
     # max_batch_size bounds a pipeline stage's micro-batch: 2 stages of 625 under 1,280 in flight
     for step_tokens in (4096, 0):
         dep = deployment(tp=2, pp=2, batch=1250, graphs=1, max_sequences=1280, max_step_tokens=step_tokens)
@@ -121,10 +122,10 @@ def test_trtllm_bench_sizes_the_engine_from_its_own_estimate():
     requests = 0.95 * (4 * 183359 * 2**20 - weights) / per_request
     assert requests == approx(963.07, rel=1e-4)
     assert float(off.bench_requests(dep, hw, sizes.checkpoint)) == approx(requests)
-    batch, tokens = off.bench_settings(dep, hw, sizes.checkpoint)
+    batch, tokens = off.bench_settings(dep, hw, sizes.checkpoint, 1.0)
     assert (float(batch), float(tokens)) == (1024, 2048)          # 128 ceil(963 / 128); 963 x 1.25 below 2,048
     short = deployment(tp=4, weight_bytes=0.5625, kv_bytes=1, prompt_len=128, output_len=128)
-    assert [float(x) for x in off.bench_settings(short, hw, sizes.checkpoint)] == [4096, 8192]   # capped at 4,096
+    assert [float(x) for x in off.bench_settings(short, hw, sizes.checkpoint, 1.0)] == [4096, 8192]   # capped at 4,096
     fp8 = deployment(tp=8, weight_bytes=1, kv_bytes=1, prompt_len=500, output_len=2000)
     weights8 = (layers + 2 * 128256 * 16384) * 1.0               # every element stored as one byte
     assert float(off.bench_requests(fp8, hw, sizes.checkpoint)) == approx(
@@ -136,10 +137,29 @@ def test_trtllm_bench_sizes_the_engine_from_its_own_estimate():
     requests3 = 0.95 * (4 * 183359 * 2**20 - weights) / (per_request / 2500 * 3000)
     assert o["max_batch_size"] == E.max_batch(requests3) == 896 and o["sequences"] == o["kv_sequences"] == 625
     assert o["step_tokens"] == 2048
+    # INT8 weights have no heuristic: TensorRT-LLM's defaults; an INT8 KV cache counts 2 bytes
+    int8 = deployment(tp=8, weight_dtype=3, weight_bytes=1, kv_bytes=1, prompt_len=500, output_len=2000)
+    assert [float(x) for x in off.bench_settings(int8, hw, sizes.checkpoint, 100.0)] == [2048, 8192]
+    kv8 = deployment(tp=8, weight_bytes=1, kv_dtype=3, kv_bytes=1, prompt_len=500, output_len=2000)
+    assert float(off.bench_requests(kv8, hw, sizes.checkpoint)) == approx(
+        0.95 * (8 * 183359 * 2**20 - weights8) / (2 * per_request))
+    # no request left by its estimate: the sequences the cache holds stand in
+    tiny = dataclasses.replace(hw, hbm_capacity=1e9)
+    assert float(off.bench_requests(dep, tiny, sizes.checkpoint)) < 0
+    assert [float(x) for x in off.bench_settings(dep, tiny, sizes.checkpoint, 300.0)] == [384, 2048]
+    one_and_half = dataclasses.replace(hw, hbm_capacity=(weights + 1.5 * per_request / 0.95) / 4)
+    assert float(off.bench_requests(dep, one_and_half, sizes.checkpoint)) == approx(1.5)
+    assert [float(x) for x in off.bench_settings(dep, one_and_half, sizes.checkpoint, 300.0)] == [64, 2048]
     # a mixture of experts stores its experts quantised too; embeddings and head stay 16-bit
     ds = S.serving_sizes(snlab.model("deepseek-v3")).checkpoint
     assert ds.quantised == approx(671026404352 - 2 * 129280 * 7168) and ds.kept == 2 * 129280 * 7168
     assert (ds.layers, ds.kv_heads, ds.head_size) == (61, 128, 56)     # its configuration's heads, 7,168 / 128
+    # attention data-parallel over an expert group of 8: one engine of 8 GPUs holds one copy
+    adp = deployment(dp=8, ep=8, weight_bytes=0.5625, kv_bytes=1, prompt_len=1024, output_len=2048)
+    adp_weights = (ds.quantised * 0.5625 + ds.kept) * 0.5
+    assert float(off.bench_requests(adp, hw, ds)) == approx(
+        0.95 * (8 * 183359 * 2**20 - adp_weights) / (2 * 61 * 128 * 56 * 3072))
+    assert float(off.engine_group(adp)) == 8 and float(off.engine_group(deployment(tp=4, ep=2))) == 4
     bf16 = deployment(tp=8, weight_bytes=2, kv_bytes=2, prompt_len=500, output_len=2000)
     weights16 = (layers + 2 * 128256 * 16384) * 2.0              # one element a weight, two bytes each
     assert float(off.bench_requests(bf16, hw, sizes.checkpoint)) == approx(
@@ -148,7 +168,7 @@ def test_trtllm_bench_sizes_the_engine_from_its_own_estimate():
     pp2 = deployment(tp=4, pp=2, weight_bytes=0.5625, kv_bytes=1, prompt_len=500, output_len=2000)
     requests2 = 0.95 * (8 * 183359 * 2**20 - weights) / per_request
     assert float(off.bench_requests(pp2, hw, sizes.checkpoint)) == approx(requests2)
-    assert [float(x) for x in off.bench_settings(pp2, hw, sizes.checkpoint)] == [
+    assert [float(x) for x in off.bench_settings(pp2, hw, sizes.checkpoint, 1.0)] == [
         E.max_batch(requests2 / 2), off.step_budget(requests2 / 2, pp2)]
     # more tensor-parallel ranks than KV heads: each rank still keeps one
     wide = deployment(tp=16, weight_bytes=1, kv_bytes=1, prompt_len=500, output_len=2000)
@@ -421,7 +441,11 @@ def test_the_offline_engine_limits():
     assert seen[0].batch == 4096 * 2                              # the decode step sees both replicas
     # and the engine's limits, from which it knows its largest captured graph
     assert seen[0].max_sequences == 4096 and seen[0].max_step_tokens == run.step_tokens
-    assert run.max_batch == 4096
+    assert run.max_batch == 2048                                  # max_batch_size, a stage's
+    # a step holds its micro-batch's decode tokens at least: half a two-stage replica's
+    staged = off.offline(offline_deployment(pp=2, max_step_tokens=64, requests=500), HW, w.per_device,
+                         place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
+    assert staged.step_tokens == staged.batch / 2 > 64
     one = off.offline(offline_deployment(max_sequences=1, max_step_tokens=1, requests=3), HW, w.per_device,
                       place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
     assert one.batch == 1 and one.step_tokens == 1 and one.chunks == 1000  # a prompt token a step

@@ -184,7 +184,7 @@ RULES = (
     ("requests", "the offline scenario needs requests, a whole number from 1 to 1,000,000,000"),
     ("kv_fraction", "kv_fraction must be a fraction in (0, 1]"),
     ("kv_block_tokens", "kv_block_tokens must be a whole number from 1 to 1,024"),
-    ("max_sequences", "max_sequences must be 0 (as many as the KV cache holds) or a whole number >= 1"),
+    ("max_sequences", "max_sequences must be 0 (trtllm-bench's max_batch_size) or a whole number >= 1"),
     ("max_step_tokens", "max_step_tokens must be 0 (automatic) or a whole number of tokens that holds a step's "
                         "decode tokens (max_sequences x (draft_tokens + 1))"),
     ("engine_memory_bytes", "engine_memory_bytes must be a size in bytes from 0 to 10 TB"),

@@ -35,13 +35,19 @@ _kernel.loaded(__name__)
 #: trtllm-bench's caps: the requests its estimate of the KV cache may give the engine, and
 #: the tokens one step may take (tensorrt_llm/bench/build/tuning.py, finetune_setting)
 MAX_IN_FLIGHT, MAX_STEP_TOKENS = 4096.0, 32768.0
+#: the limits trtllm-bench leaves at TensorRT-LLM's defaults (BuildConfig max_batch_size and
+#: max_num_tokens) for a quantisation it has no heuristic for (build.py, TUNED_QUANTS: NVFP4,
+#: FP8 and unquantised only; INT8 weights are not among them)
+UNTUNED_BATCH, UNTUNED_TOKENS = 2048.0, 8192.0
+#: the code of INT8 in the deployment's weight_dtype and kv_dtype (snlab.hardware.DTYPE_BYTES order)
+INT8 = 3.0
 
 
 @dataclass(frozen=True)
 class Offline:
     """An offline run on one replica: sequences in flight ``batch`` (the last wave's
-    ``last_batch``), what the KV cache holds (``kv_sequences``), the most the engine keeps
-    in flight (``max_batch``: its max_batch_size over the pipeline's stages), the waves,
+    ``last_batch``), what the KV cache holds (``kv_sequences``), the engine's
+    max_batch_size (``max_batch``, per pipeline stage: a replica keeps pp x that), the waves,
     the step's token budget, the chunked-prefill steps of a wave, the run's time [s], its
     output tokens per second for the whole deployment, the mean TTFT and TPOT [s]."""
 
@@ -100,11 +106,19 @@ class Checkpoint:
     head_size: float
 
 
-def bench_bytes(stored_bytes):
+def bench_bytes(stored_bytes, code):
     """Bytes per element trtllm-bench's heuristic takes for a precision stored at
-    ``stored_bytes`` (:data:`snlab.hardware.DTYPE_BYTES`): NVFP4 0.5, FP8 1, unquantised 2
-    (tensorrt_llm/bench/build/tuning.py, ``BYTES_PER_ELEM``)."""
-    return where(stored_bytes < 1, 0.5, stored_bytes)
+    ``stored_bytes`` (:data:`snlab.hardware.DTYPE_BYTES`) with dtype ``code``: NVFP4 0.5,
+    FP8 1, anything else 2, INT8 included (tensorrt_llm/bench/build/tuning.py,
+    ``BYTES_PER_ELEM.get(..., 2)``)."""
+    return where(code == INT8, 2.0, where(stored_bytes < 1, 0.5, stored_bytes))
+
+
+def engine_group(dep: Deployment):
+    """The tensor-parallel size trtllm-bench is run with for one engine: the replica's
+    ``tp``, or, where experts spread over more devices than that (attention data-parallel
+    across the expert group, ``ep`` > ``tp``), the expert group's ``ep``."""
+    return np.maximum(dep.tp, dep.ep)
 
 
 def bench_requests(dep: Deployment, hw: Hardware, ck: Checkpoint):
@@ -116,24 +130,33 @@ def bench_requests(dep: Deployment, hw: Hardware, ck: Checkpoint):
     checkpoint's tensors (``dataclasses.py``, ``get_param_count``: an NVFP4 tensor stores
     two weights per byte and an FP8 scale per 16 weights, so counts 0.5625 elements per
     weight) at its bytes per element (:func:`bench_bytes`), the 16-bit embeddings and head
-    included; the KV cache at 2 x layers x max(tp, KV heads) x head size elements per token.
-    It counts neither the runtime's reserve nor the engine's working memory, so it
-    expects at least what the cache holds."""
+    included; the KV cache at 2 x layers x max(tp, KV heads) x head size elements per token,
+    over the devices of one engine (:func:`engine_group` x ``pp``). It counts neither the
+    runtime's reserve nor the engine's working memory, so for grouped-query and multi-head
+    attention it expects at least what the cache holds; for latent attention it counts
+    every head's keys and values instead of the shared latent, and expects far fewer."""
     elements = np.minimum(dep.weight_bytes, 1.0)      # per weight: 0.5625 for NVFP4, else one
-    weights = (ck.quantised * elements + ck.kept) * bench_bytes(dep.weight_bytes)
-    per_token = 2 * ck.layers * np.maximum(dep.tp, ck.kv_heads) * ck.head_size * bench_bytes(dep.kv_bytes)
-    free = hw.hbm_capacity * dep.tp * dep.pp - weights
+    weights = (ck.quantised * elements + ck.kept) * bench_bytes(dep.weight_bytes, dep.weight_dtype)
+    group = engine_group(dep)
+    per_token = 2 * ck.layers * np.maximum(group, ck.kv_heads) * ck.head_size * bench_bytes(dep.kv_bytes,
+                                                                                           dep.kv_dtype)
+    free = hw.hbm_capacity * group * dep.pp - weights
     return dep.kv_fraction * free / (per_token * (dep.prompt_len + dep.output_len))
 
 
-def bench_settings(dep: Deployment, hw: Hardware, ck: Checkpoint):
+def bench_settings(dep: Deployment, hw: Hardware, ck: Checkpoint, held):
     """trtllm-bench's max_batch_size and max_num_tokens for a run left to its heuristic
     (tensorrt_llm/bench/build/tuning.py, ``finetune_setting``): the batch it expects
     (:func:`bench_requests`, at most 4,096, per pipeline stage) rounded up as
     :func:`snlab.serving.engine.max_batch` rounds it, and that batch's step budget
-    (:func:`step_budget`)."""
-    raw = np.minimum(bench_requests(dep, hw, ck), MAX_IN_FLIGHT) / dep.pp
-    return _engine.max_batch(raw), step_budget(raw, dep)
+    (:func:`step_budget`); TensorRT-LLM's defaults for INT8 weights, which it has no
+    heuristic for. Where its estimate leaves no request at all (trtllm-bench stops there),
+    the ``held`` sequences the KV cache holds stand in for it."""
+    estimate = bench_requests(dep, hw, ck)
+    raw = np.minimum(where(estimate >= 1, estimate, held), MAX_IN_FLIGHT) / dep.pp
+    untuned = dep.weight_dtype == INT8
+    return (where(untuned, UNTUNED_BATCH, _engine.max_batch(raw)),
+            where(untuned, UNTUNED_TOKENS, step_budget(raw, dep)))
 
 
 def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, shard, prefill_pass, decode_step,
@@ -147,13 +170,15 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
     sequence (1 + draft tokens)."""
     per_replica = np.ceil(dep.requests / dep.dp)
     held = kv_sequences(dep, hw, weights_per_device, kv_per_token, shard)
-    bench_batch, bench_tokens = bench_settings(dep, hw, ck)
+    bench_batch, bench_tokens = bench_settings(dep, hw, ck, held)
     # max_batch_size bounds each pipeline stage's micro-batch: a replica keeps pp of them
     cap = where(dep.max_sequences > 0, dep.max_sequences, bench_batch * dep.pp)
     b = np.maximum(np.minimum(np.minimum(held, cap), per_replica), 1.0)
     waves = np.ceil(per_replica / b)
     last = per_replica - (waves - 1) * b
-    budget = np.maximum(where(dep.max_step_tokens > 0, dep.max_step_tokens, bench_tokens), b * sequences_per_step)
+    # a step (of one micro-batch) holds at least its sequences' decode tokens
+    budget = np.maximum(where(dep.max_step_tokens > 0, dep.max_step_tokens, bench_tokens),
+                        b / dep.pp * sequences_per_step)
     limits = dict(max_sequences=cap, max_step_tokens=budget)
 
     def wave(n):
@@ -171,8 +196,8 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
     makespan = sv.offline_makespan(waves=waves, wave_time=full, last_wave_time=partial)
     ttft = sv.offline_mean_ttft(batch_sequences=b, waves=waves, wave_time=full, first_token_time=first,
                                 last_wave_sequences=last, last_first_token_time=last_first, requests=per_replica)
-    return Offline(batch=b, last_batch=last, kv_sequences=held, max_batch=cap, waves=waves, step_tokens=budget,
-                   chunks=chunks,
+    return Offline(batch=b, last_batch=last, kv_sequences=held, max_batch=cap / dep.pp, waves=waves,
+                   step_tokens=budget, chunks=chunks,
                    makespan=makespan,
                    tokens_per_s=sv.offline_throughput(requests=dep.requests, mean_output_len=dep.output_len,
                                                       time=makespan),

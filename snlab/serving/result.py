@@ -40,8 +40,8 @@ class ServeResult(Result):
     tokens' passes through the output head, part of ``dense``). ``offline`` holds the
     offline scenario's run (``scenario="offline"``): output tokens per second of the whole
     deployment and per device, mean TTFT and TPOT, the sequences the engine keeps in
-    flight per replica, how many the KV cache holds and the most the engine takes
-    (``max_batch_size``, over the pipeline's stages), its waves, the step's token budget,
+    flight per replica, how many the KV cache holds and the engine's max_batch_size (per
+    pipeline stage; a replica keeps pp x that in flight at most), its waves, the step's token budget,
     the chunks a wave's prefill takes and the run's time; empty otherwise.
     ``lender_devices`` are the peers whose HBM the KV cache borrows through the pool:
     they serve nothing meanwhile, so every per-device throughput counts them.
@@ -180,7 +180,7 @@ class ServeResult(Result):
             ("offline: how far to trust it", o["band"]),
             ("offline: mean TTFT, TPOT", f"{fmt_seconds(o['ttft_s'])}, {fmt_seconds(o['tpot_s'])}"),
             ("offline: sequences in flight", f"{o['sequences']:,} per replica (the KV cache holds "
-                                             f"{o['kv_sequences']:,}, the engine takes up to "
+                                             f"{o['kv_sequences']:,}; max_batch_size "
                                              f"{o['max_batch_size']:,}), {o['waves']:,} wave"
                                              f"{'s' if o['waves'] != 1 else ''}, a step of at most "
                                              f"{o['step_tokens']:,} tokens"),

@@ -428,11 +428,10 @@ def decode(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: P
     seqs = dep.batch / dep.dp / p               # sequences per pipeline micro-batch
     tok = seqs * (kd + 1)
     kv_read = seqs * dep.context * place.kv_per_token / (p * place.shard)
-    # an engine given its limits captures graphs up to max_batch_size (per micro-batch) and the
-    # decode batches its token budget takes; without them, up to the batch as trtllm-bench rounds it
-    graph_cap = where(dep.max_step_tokens > 0, np.minimum(dep.max_sequences / p, dep.max_step_tokens / (kd + 1)),
-                      dep.max_sequences / p)
-    largest = where(dep.max_sequences > 0, graph_cap, engine.max_batch(seqs))
+    # an engine captures graphs up to its max_batch_size (per micro-batch; without one, the
+    # batch as trtllm-bench rounds it) and the decode batches its token budget takes
+    batch_cap = where(dep.max_sequences > 0, dep.max_sequences / p, engine.max_batch(seqs))
+    largest = where(dep.max_step_tokens > 0, np.minimum(batch_cap, dep.max_step_tokens / (kd + 1)), batch_cap)
     computed = engine.padded(seqs, dep.graphs, largest) * (kd + 1)
     st = stage(ss, dep, hw, w, tok, dep.context, kv_read, place.share, tok, prefill=False, computed=computed)
     hop = where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
