@@ -188,6 +188,22 @@ def test_a_padded_decode_step_computes_its_empty_slots():
     # attention and the KV cache are the 24 sequences' only
     unpadded = S.forward_pass(SS, dep, HW, w, 24.0, 4096.0, dec.kv_read, place.share, 24.0, prefill=False)
     assert half.attention == approx(unpadded.attention)
+    # the graph's all-reduces move its 32 rows, two a layer
+    assert dec.stage.parts.tp == approx(half.tp) == approx(2 * L * E.tensor_all_reduce(32 * H * 2.0, 2.0, HW))
+    assert unpadded.tp == approx(2 * L * E.tensor_all_reduce(24 * H * 2.0, 2.0, HW)) and unpadded.tp < half.tp
+
+
+def test_a_padded_step_dispatches_its_empty_slots_to_the_experts():
+    dep = deployment(tp=1, dp=16, ep=16, weight_bytes=1, batch=16 * 24, graphs=1)
+    w = S.weights(QWEN_SS.base, dep, HW)
+    place = S.placement(QWEN_SS, dep, HW, w)
+    dec = S.decode(QWEN_SS, dep, HW, w, place)
+    padded = S.forward_pass(QWEN_SS, dep, HW, w, 24.0, 4096.0, dec.kv_read, place.share, 24.0, prefill=False,
+                            computed=32.0)
+    sent = 32 * 8 * 2048                                           # 32 rows, 8 experts each, h 2,048
+    disp = 10e-6 + 1e-6 + sent * 15 / 16 * 1 / UP
+    comb = 10e-6 + 1e-6 + sent * 15 / 16 * 2 / UP
+    assert dec.stage.parts.ep == approx(padded.ep) == approx(48 * (disp + comb))
 
 
 def test_the_host_s_step_time_adds_unless_hidden():

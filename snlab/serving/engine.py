@@ -64,8 +64,10 @@ def max_batch(sequences):
 
 def padded(sequences, graphs, largest=None):
     """Sequences a decode step computes: the next captured batch size, or the largest
-    graph the engine captures if that comes first (the padded slots' GEMMs run too; their
-    attention does not, having no context); beyond the largest captured size, or without
+    graph the engine captures if that comes first (the padded slots run through the GEMMs,
+    the element-wise kernels, the all-reduces and the expert exchange like the others, as
+    the dummy requests TensorRT-LLM pads a graph's batch with do; their attention does not,
+    having no context); beyond the largest captured size, or without
     graphs, the batch itself.
 
     ``largest`` is that largest graph: TensorRT-LLM keeps the captured sizes up to

@@ -332,10 +332,11 @@ def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, to
     far = far_read_time(kv_bytes, share, hw, layers)
     t_kv = sv.tiered_read_time(local_bytes=kv_bytes, far_time=far,
                                memory_bandwidth=hw.hbm_bandwidth, memory_efficiency=hw.memory_efficiency)
-    tp_comm = 2 * layers * engine.tensor_all_reduce(engine.all_reduce_bytes(tok, h), t, hw)
+    # a captured graph's collectives move its padded batch, as its GEMMs compute it
+    tp_comm = 2 * layers * engine.tensor_all_reduce(engine.all_reduce_bytes(computed, h), t, hw)
     if k.experts:
         q_dispatch = where(qw <= 1, 1.0, ACTIVATION_BYTES)   # 8-bit dispatch when the weights are
-        disp, comb = net.expert_calls(tok / t, k.experts_per_token, h, dep.ep, q_dispatch, hw, prefill)
+        disp, comb = net.expert_calls(computed / t, k.experts_per_token, h, dep.ep, q_dispatch, hw, prefill)
         # the exchange waits for the busiest device, which receives its share times the imbalance
         ep_comm = where(dep.ep > 1, k.moe_layers / p * (disp + comb) * dep.expert_imbalance, 0.0)
     else:
