@@ -532,6 +532,8 @@ def test_the_engine_memory_reproduces_the_log_it_was_measured_from():
     assert run.weights_bytes_per_device / 2**30 == pytest.approx(8.46, abs=0.01)
     tokens = run.to_dict()["offline"]["kv_sequences"] * 160          # 157 tokens in blocks of 32
     assert tokens == pytest.approx(860_320, rel=0.002)
+    assert run.offline["kv_pool_bytes_per_device"] / 2**30 == pytest.approx(52.51, rel=0.002)   # the log's pool
+    assert "KV cache allocated          56.4 GB per device" in str(run)                 # 52.51 GiB
     bare = snlab.serve("llama3-8b", "dgx-h100", engine_memory_bytes=0, **kw).to_dict()["offline"]["kv_sequences"]
     assert bare * 160 * 65536 == pytest.approx(tokens * 65536 + 0.8 * ENGINE_MEMORY, rel=0.002)
 

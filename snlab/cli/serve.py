@@ -187,6 +187,7 @@ OFFLINE_ROWS = [
     ("offline: mean TPOT", lambda r: fmt_seconds(r.offline["tpot_s"])),
     ("sequences in flight per replica", lambda r: f"{r.offline['sequences']:,}"),
     ("  the KV cache holds", lambda r: f"{r.offline['kv_sequences']:,}"),
+    ("  in a KV cache of", lambda r: fmt_bytes(r.offline["kv_pool_bytes_per_device"])),
     ("waves", lambda r: f"{r.offline['waves']:,}"),
     ("tokens per step", lambda r: f"{r.offline['step_tokens']:,}"),
     ("run time", lambda r: fmt_seconds(r.offline["makespan_s"])),

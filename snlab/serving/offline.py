@@ -46,7 +46,8 @@ INT8 = 3.0
 @dataclass(frozen=True)
 class Offline:
     """An offline run on one replica: sequences in flight ``batch`` (the last wave's
-    ``last_batch``), what the KV cache holds (``kv_sequences``), the engine's
+    ``last_batch``), what the KV cache holds (``kv_sequences``) in the bytes the engine
+    allocates for it on each device (``kv_pool``, :func:`kv_memory`), the engine's
     max_batch_size (``max_batch``, per pipeline stage: a replica keeps pp x that), the waves,
     the step's token budget, the chunked-prefill steps of a wave, the run's time [s], its
     output tokens per second for the whole deployment, the mean TTFT and TPOT [s]."""
@@ -54,6 +55,7 @@ class Offline:
     batch: np.ndarray
     last_batch: np.ndarray
     kv_sequences: np.ndarray
+    kv_pool: np.ndarray
     max_batch: np.ndarray
     waves: np.ndarray
     step_tokens: np.ndarray
@@ -196,7 +198,8 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
     makespan = sv.offline_makespan(waves=waves, wave_time=full, last_wave_time=partial)
     ttft = sv.offline_mean_ttft(batch_sequences=b, waves=waves, wave_time=full, first_token_time=first,
                                 last_wave_sequences=last, last_first_token_time=last_first, requests=per_replica)
-    return Offline(batch=b, last_batch=last, kv_sequences=held, max_batch=cap / dep.pp, waves=waves,
+    return Offline(batch=b, last_batch=last, kv_sequences=held, kv_pool=kv_memory(dep, hw, weights_per_device),
+                   max_batch=cap / dep.pp, waves=waves,
                    step_tokens=budget, chunks=chunks,
                    makespan=makespan,
                    tokens_per_s=sv.offline_throughput(requests=dep.requests, mean_output_len=dep.output_len,

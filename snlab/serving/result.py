@@ -24,7 +24,8 @@ _OFFLINE = (("tokens_per_s", "offline_tokens_per_s"), ("tokens_per_s_per_device"
             ("ttft_s", "offline_ttft_s"), ("tpot_s", "offline_tpot_s"), ("sequences", "offline_sequences"),
             ("kv_sequences", "offline_kv_sequences"), ("waves", "offline_waves"), ("step_tokens", "offline_step_tokens"),
             ("prefill_chunks", "offline_prefill_chunks"), ("makespan_s", "offline_makespan_s"),
-            ("max_batch_size", "offline_max_batch_size"))
+            ("max_batch_size", "offline_max_batch_size"),
+            ("kv_pool_bytes_per_device", "offline_kv_pool_bytes_per_device"))
 _WALLS = ("compute", "memory", "communication")
 
 
@@ -40,7 +41,8 @@ class ServeResult(Result):
     tokens' passes through the output head, part of ``dense``). ``offline`` holds the
     offline scenario's run (``scenario="offline"``): output tokens per second of the whole
     deployment and per device, mean TTFT and TPOT, the sequences the engine keeps in
-    flight per replica, how many the KV cache holds and the engine's max_batch_size (per
+    flight per replica, how many the KV cache holds, the bytes the engine allocates for it on
+    each device (``kv_pool_bytes_per_device``) and the engine's max_batch_size (per
     pipeline stage; a replica keeps pp x that in flight at most), its waves, the step's token budget,
     the chunks a wave's prefill takes and the run's time; empty otherwise.
     ``lender_devices`` are the peers whose HBM the KV cache borrows through the pool:
@@ -184,6 +186,7 @@ class ServeResult(Result):
                                              f"{o['max_batch_size']:,}), {o['waves']:,} wave"
                                              f"{'s' if o['waves'] != 1 else ''}, a step of at most "
                                              f"{o['step_tokens']:,} tokens"),
+            ("offline: KV cache allocated", f"{fmt_bytes(o['kv_pool_bytes_per_device'])} per device"),
             ("offline: run time", fmt_seconds(o["makespan_s"])),
         ] if o else []
         rows += [

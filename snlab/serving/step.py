@@ -546,7 +546,8 @@ def serve_columns(model, dep: Deployment, hw: Hardware) -> dict[str, np.ndarray]
 #: the offline scenario's output columns
 OFFLINE_COLUMNS = ("offline_tokens_per_s", "offline_tokens_per_s_per_device", "offline_ttft_s", "offline_tpot_s",
                    "offline_sequences", "offline_kv_sequences", "offline_waves", "offline_step_tokens",
-                   "offline_prefill_chunks", "offline_makespan_s", "offline_max_batch_size", "batch_in_flight")
+                   "offline_prefill_chunks", "offline_makespan_s", "offline_max_batch_size",
+                   "offline_kv_pool_bytes_per_device", "batch_in_flight")
 
 
 def offline_run(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: Placement) -> off.Offline:
@@ -571,7 +572,8 @@ def offline_columns(dep: Deployment, place: Placement, run, fits) -> dict:
                 "fits": fits}
     offline_rows = dep.scenario == 1
     values = (run.tokens_per_s, run.tokens_per_s / dep.devices, run.ttft, run.tpot, run.batch, run.kv_sequences,
-              run.waves, run.step_tokens, run.chunks, run.makespan, run.max_batch)
+              run.waves, run.step_tokens, run.chunks, run.makespan, run.max_batch,
+              spread(run.kv_pool, np.shape(fits)))
     return {**{n: where(offline_rows, v, 0.0) for n, v in zip(OFFLINE_COLUMNS, values)},
             "batch_in_flight": spread(dep.batch, np.shape(fits)),
             "fits": where(offline_rows, place.weights_fit & run.fits, fits)}
