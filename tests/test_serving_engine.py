@@ -84,7 +84,7 @@ def test_a_decode_step_pads_to_the_engine_s_largest_graph():
         dec = S.decode(SS, dep, HW, w, place)
         return [n for n in (625.0, 640.0, 700.0, 768.0, 1024.0)
                 if dec.stage.parts.dense == approx(S.forward_pass(SS, dep, HW, w, 625.0, 4096.0, dec.kv_read,
-                                                                  place.share, 625.0, prefill=False,
+                                                                  place.share, n, prefill=False,
                                                                   computed=n).dense)]
     assert computed() == [640.0]                                  # max_batch(625): 640
     assert computed(max_sequences=768, max_step_tokens=2048) == [768.0]
@@ -99,14 +99,14 @@ def test_a_decode_step_pads_to_the_engine_s_largest_graph():
         w, place = placed(dep)
         dec = S.decode(SS, dep, HW, w, place)
         assert dec.stage.parts.dense == approx(S.forward_pass(SS, dep, HW, w, 625.0, 4096.0, dec.kv_read,
-                                                              place.share, 625.0, prefill=False,
+                                                              place.share, 640.0, prefill=False,
                                                               computed=640.0).dense)
     # with a draft token a sequence takes two tokens of the budget: 1,400 tokens hold 700 of them
     dep = deployment(tp=2, batch=625, graphs=1, draft_tokens=1, max_sequences=1280, max_step_tokens=1400)
     w, place = placed(dep)
     dec = S.decode(SS, dep, HW, w, place)
     assert dec.stage.parts.dense == approx(S.forward_pass(SS, dep, HW, w, 1250.0, 4096.0, dec.kv_read, place.share,
-                                                          1250.0, prefill=False, computed=2 * 700.0).dense)
+                                                          2 * 700.0, prefill=False, computed=2 * 700.0).dense)
 
 
 def test_trtllm_bench_sizes_the_engine_from_its_own_estimate():
@@ -180,9 +180,10 @@ def test_a_padded_decode_step_computes_its_empty_slots():
     dep = deployment(tp=2, batch=24, graphs=1)
     w, place = placed(dep)
     dec = S.decode(SS, dep, HW, w, place)
-    half = S.forward_pass(SS, dep, HW, w, 24.0, 4096.0, dec.kv_read, place.share, 24.0, prefill=False, computed=32.0)
+    half = S.forward_pass(SS, dep, HW, w, 24.0, 4096.0, dec.kv_read, place.share, 32.0, prefill=False, computed=32.0)
     assert dec.stage.parts.dense == approx(half.dense)
-    dense_flops = (2 * 32 * DENSE * L + 2 * 24 * V * H) / 2     # 32 slots' GEMMs, 24 sequences' logits
+    assert dec.stage.parts.head == approx(half.head) and half.head_flops == 2 * 32 * V * H / 2
+    dense_flops = (2 * 32 * DENSE * L + 2 * 32 * V * H) / 2     # 32 slots' GEMMs and logits
     dense_bytes = (SS.base.layer_params + V * H) / 2 * 2 + 2 * 32 * H * L * 4 / 2
     assert half.dense == approx(max(dense_flops / FLOP_RATE, dense_bytes / BYTE_RATE))
     # attention and the KV cache are the 24 sequences' only
@@ -198,12 +199,21 @@ def test_a_padded_step_dispatches_its_empty_slots_to_the_experts():
     w = S.weights(QWEN_SS.base, dep, HW)
     place = S.placement(QWEN_SS, dep, HW, w)
     dec = S.decode(QWEN_SS, dep, HW, w, place)
-    padded = S.forward_pass(QWEN_SS, dep, HW, w, 24.0, 4096.0, dec.kv_read, place.share, 24.0, prefill=False,
+    padded = S.forward_pass(QWEN_SS, dep, HW, w, 24.0, 4096.0, dec.kv_read, place.share, 32.0, prefill=False,
                             computed=32.0)
     sent = 32 * 8 * 2048                                           # 32 rows, 8 experts each, h 2,048
     disp = 10e-6 + 1e-6 + sent * 15 / 16 * 1 / UP
     comb = 10e-6 + 1e-6 + sent * 15 / 16 * 2 / UP
     assert dec.stage.parts.ep == approx(padded.ep) == approx(48 * (disp + comb))
+    # split by tensor parallelism, each rank dispatches its share of the padded rows
+    wide = deployment(tp=2, dp=8, ep=16, weight_bytes=1, batch=8 * 24, graphs=1)
+    w = S.weights(QWEN_SS.base, wide, HW)
+    place = S.placement(QWEN_SS, wide, HW, w)
+    dec = S.decode(QWEN_SS, wide, HW, w, place)
+    def exchange(n):
+        return S.forward_pass(QWEN_SS, wide, HW, w, 24.0, 4096.0, dec.kv_read, place.share, n, prefill=False,
+                              computed=n).ep
+    assert dec.stage.parts.ep == approx(exchange(32.0)) and exchange(24.0) < exchange(32.0)
 
 
 def test_the_host_s_step_time_adds_unless_hidden():
@@ -461,7 +471,7 @@ def test_the_offline_engine_limits():
     # a step holds its micro-batch's decode tokens at least: half a two-stage replica's
     staged = off.offline(offline_deployment(pp=2, max_step_tokens=64, requests=500), HW, w.per_device,
                          place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
-    assert staged.step_tokens == staged.batch / 2 > 64
+    assert staged.step_tokens == math.ceil(staged.batch / 2) > 64
     one = off.offline(offline_deployment(max_sequences=1, max_step_tokens=1, requests=3), HW, w.per_device,
                       place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
     assert one.batch == 1 and one.step_tokens == 1 and one.chunks == 1000  # a prompt token a step
@@ -559,3 +569,11 @@ def test_the_engine_memory_reads_a_size_with_its_unit_and_a_full_device_says_why
         snlab.serve("llama3-8b", "dgx-h100", engine_memory_bytes="4 GHz", **kw)
     full = snlab.serve("llama3-8b", "dgx-h100", engine_memory_bytes="80 GB", **kw)
     assert not full.fits and "engine_memory_bytes" in full.reason and "80 GB" in full.reason
+
+
+def test_a_step_budget_holds_one_micro_batch_of_the_sequences():
+    kw = dict(tp=2, pp=2, scenario="offline", requests=100, prompt_len=100, output_len=100, max_sequences=101)
+    run = snlab.serve("llama3-70b", "dgx-h100", max_step_tokens=51, **kw)     # 101 over 2 stages: 51 a step
+    assert run.offline["step_tokens"] == 51 and run.offline["max_batch_size"] == 51
+    with pytest.raises(snlab.SnlabError, match="max_step_tokens"):
+        snlab.serve("llama3-70b", "dgx-h100", max_step_tokens=50, **kw)

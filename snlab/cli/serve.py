@@ -41,9 +41,9 @@ FLAGS = {
     "scenario": ("str", "fixed (a batch of --batch sequences in flight) or offline (--requests queued at once, "
                         "scheduled by the engine; default fixed)"),
     "requests": ("requests", "requests of the offline scenario, e.g. 3000"),
-    "max_sequences": ("limit", "offline: sequences in flight per replica at most, the engine's max_batch_size "
-                               "(default 0: trtllm-bench's, from its estimate of the KV cache); no more run "
-                               "at once than the KV cache holds"),
+    "max_sequences": ("limit", "offline: sequences in flight per replica at most, pp x the engine's "
+                               "max_batch_size (default 0: trtllm-bench's, from its estimate of the KV cache); "
+                               "no more run at once than the KV cache holds"),
     "max_step_tokens": ("limit", "offline: tokens a step may process per replica, chunked prefill included "
                                  "(default 0: as trtllm-bench sets it)"),
     "kv_fraction": ("open_fraction", "offline: fraction of the memory left after the weights and the engine's "

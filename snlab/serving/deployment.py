@@ -100,7 +100,8 @@ ALLOWED = dict(
     graphs="true or false (the step replayed from a captured graph)",
     host_step_s="a time in seconds from 0 to 1 (host work per step not hidden behind the previous one)",
     scenario=", ".join(SCENARIOS), requests="a whole number of requests from 1 to 1,000,000,000 (offline scenario)",
-    max_sequences="0 (trtllm-bench's choice) or a whole number of sequences in flight per replica",
+    max_sequences="0 (trtllm-bench's choice) or a whole number of sequences in flight per replica (pp x the "
+                  "engine's max_batch_size)",
     max_step_tokens="0 (trtllm-bench's choice) or a whole number of tokens a step may process per replica, at "
                     "least the decode tokens of a step",
     kv_fraction="a fraction in (0, 1] of the memory left after the weights and the engine's working memory given to "
@@ -184,9 +185,9 @@ RULES = (
     ("requests", "the offline scenario needs requests, a whole number from 1 to 1,000,000,000"),
     ("kv_fraction", "kv_fraction must be a fraction in (0, 1]"),
     ("kv_block_tokens", "kv_block_tokens must be a whole number from 1 to 1,024"),
-    ("max_sequences", "max_sequences must be 0 (trtllm-bench's max_batch_size) or a whole number >= 1"),
+    ("max_sequences", "max_sequences must be 0 (pp x trtllm-bench's max_batch_size) or a whole number >= 1"),
     ("max_step_tokens", "max_step_tokens must be 0 (automatic) or a whole number of tokens that holds a step's "
-                        "decode tokens (max_sequences x (draft_tokens + 1))"),
+                        "decode tokens (max_sequences / pp, rounded up, x (draft_tokens + 1))"),
     ("engine_memory_bytes", "engine_memory_bytes must be a size in bytes from 0 to 10 TB"),
 )
 REASONS = ("ok",) + tuple(m for _, m in RULES) + ("weights do not fit in HBM",
@@ -222,7 +223,7 @@ def violations(model, system, dep: Deployment) -> np.ndarray:
         ~whole(dep.kv_block_tokens) | (dep.kv_block_tokens > 1024),
         (dep.max_sequences != 0) & ~whole(dep.max_sequences),
         (dep.max_step_tokens != 0) & (~whole(dep.max_step_tokens)
-                                      | (dep.max_step_tokens < maximum(dep.max_sequences, 1)
+                                      | (dep.max_step_tokens < np.ceil(maximum(dep.max_sequences, 1) / maximum(p, 1))
                                          * (dep.draft_tokens + 1))),
         (dep.engine_memory_bytes < 0) | (dep.engine_memory_bytes > MAX_ENGINE_MEMORY),
     ])

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..grid import where
-from ..hardware import Hardware
+from ..hardware import DTYPE_BYTES, Hardware
 from ..walls import serving as sv
 from .deployment import Deployment
 from .. import kernel as _kernel
@@ -40,7 +40,7 @@ MAX_IN_FLIGHT, MAX_STEP_TOKENS = 4096.0, 32768.0
 #: FP8 and unquantised only; INT8 weights are not among them)
 UNTUNED_BATCH, UNTUNED_TOKENS = 2048.0, 8192.0
 #: the code of INT8 in the deployment's weight_dtype and kv_dtype (snlab.hardware.DTYPE_BYTES order)
-INT8 = 3.0
+INT8 = float(list(DTYPE_BYTES).index("int8"))
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
     last = per_replica - (waves - 1) * b
     # a step (of one micro-batch) holds at least its sequences' decode tokens
     budget = np.maximum(where(dep.max_step_tokens > 0, dep.max_step_tokens, bench_tokens),
-                        b / dep.pp * sequences_per_step)
+                        np.ceil(b / dep.pp) * sequences_per_step)
     limits = dict(max_sequences=cap, max_step_tokens=budget)
 
     def wave(n):
@@ -199,7 +199,7 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
     ttft = sv.offline_mean_ttft(batch_sequences=b, waves=waves, wave_time=full, first_token_time=first,
                                 last_wave_sequences=last, last_first_token_time=last_first, requests=per_replica)
     return Offline(batch=b, last_batch=last, kv_sequences=held, kv_pool=kv_memory(dep, hw, weights_per_device),
-                   max_batch=cap / dep.pp, waves=waves,
+                   max_batch=np.ceil(cap / dep.pp), waves=waves,
                    step_tokens=budget, chunks=chunks,
                    makespan=makespan,
                    tokens_per_s=sv.offline_throughput(requests=dep.requests, mean_output_len=dep.output_len,

@@ -294,9 +294,10 @@ def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, to
                  logits, prefill: bool, computed=None) -> Pass:
     """``tok``: query tokens of one replica; ``ctx``: keys each query attends to;
     ``kv_bytes``: KV bytes each device reads (decode) or writes (prefill); ``logits``:
-    tokens that need the output layer; ``computed``: the tokens the GEMMs run on (a
-    decode step's captured batch, padded: :func:`snlab.serving.engine.padded`; default
-    ``tok``). Each part is a roofline at the weights' precision: its dense peak, and its
+    tokens that need the output layer; ``computed``: the tokens the GEMMs, the element-wise
+    kernels and the collectives run on (a decode step's captured batch, padded:
+    :func:`snlab.serving.engine.padded`; default ``tok``). Each part is a roofline at the
+    weights' precision: its dense peak, and its
     large-GEMM efficiency times the GEMMs' occupancy at that many tokens
     (:data:`snlab.walls.compute.gemm_occupancy`); ``fixed`` the kernels' fixed time
     (:func:`snlab.serving.engine.fixed_time`)."""
@@ -434,8 +435,9 @@ def decode(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: P
     batch_cap = where(dep.max_sequences > 0, dep.max_sequences / p, engine.max_batch(seqs))
     largest = where(dep.max_step_tokens > 0, np.minimum(batch_cap, dep.max_step_tokens / (kd + 1)), batch_cap)
     computed = engine.padded(seqs, dep.graphs, largest) * (kd + 1)
-    st = stage(ss, dep, hw, w, tok, dep.context, kv_read, place.share, tok, prefill=False, computed=computed)
-    hop = where(p > 1, net.point_to_point(tok * ss.base.hidden_size * ACTIVATION_BYTES / t,
+    # the captured graph's output head and its hop between stages take the padded rows too
+    st = stage(ss, dep, hw, w, tok, dep.context, kv_read, place.share, computed, prefill=False, computed=computed)
+    hop = where(p > 1, net.point_to_point(computed * ss.base.hidden_size * ACTIVATION_BYTES / t,
                                              dep.devices <= hw.scale_up_domain_size, hw), 0.0)
     draft = 1 + kd * MTP_LAYERS / ss.base.layers
     # the sampler runs once a step on the replica's last stage, over every verified token;
