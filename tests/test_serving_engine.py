@@ -101,8 +101,14 @@ def test_a_decode_step_pads_to_the_engine_s_largest_graph():
         assert dec.stage.parts.dense == approx(S.forward_pass(SS, dep, HW, w, 625.0, 4096.0, dec.kv_read,
                                                               place.share, 640.0, prefill=False,
                                                               computed=640.0).dense)
-    # with a draft token a sequence takes two tokens of the budget: 1,400 tokens hold 700 of them
-    dep = deployment(tp=2, batch=625, graphs=1, draft_tokens=1, max_sequences=1280, max_step_tokens=1400)
+    # a stage's share of an odd max_sequences rounds up: 1,281 over 2 stages, graphs up to 641
+    dep = deployment(tp=2, pp=2, batch=1250, graphs=1, max_sequences=1281)
+    w, place = placed(dep)
+    dec = S.decode(SS, dep, HW, w, place)
+    assert dec.stage.parts.dense == approx(S.forward_pass(SS, dep, HW, w, 625.0, 4096.0, dec.kv_read, place.share,
+                                                          641.0, prefill=False, computed=641.0).dense)
+    # with a draft token a sequence takes two tokens of the budget: 1,401 tokens hold 700 of them
+    dep = deployment(tp=2, batch=625, graphs=1, draft_tokens=1, max_sequences=1280, max_step_tokens=1401)
     w, place = placed(dep)
     dec = S.decode(SS, dep, HW, w, place)
     assert dec.stage.parts.dense == approx(S.forward_pass(SS, dep, HW, w, 1250.0, 4096.0, dec.kv_read, place.share,

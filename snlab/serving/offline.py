@@ -124,8 +124,9 @@ def engine_group(dep: Deployment):
 
 
 def bench_requests(dep: Deployment, hw: Hardware, ck: Checkpoint):
-    """Requests trtllm-bench expects the KV cache of one replica to hold, from which it sets
-    the engine's limits (tensorrt_llm/bench/build/tuning.py, ``calc_engine_setting``):
+    """Requests trtllm-bench expects the KV cache of one engine to hold (a replica, or the
+    expert group a replica's attention is data-parallel over), from which it sets the
+    engine's limits (tensorrt_llm/bench/build/tuning.py, ``calc_engine_setting``):
     ``kv_fraction`` of the group's total device memory (as nvidia-smi reports it) less its
     estimate of the weights, over each request's prompt + output tokens at its estimate
     of the KV bytes per token. The weights it estimates as the parameter count of the

@@ -432,8 +432,9 @@ def decode(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, place: P
     kv_read = seqs * dep.context * place.kv_per_token / (p * place.shard)
     # an engine captures graphs up to its max_batch_size (per micro-batch; without one, the
     # batch as trtllm-bench rounds it) and the decode batches its token budget takes
-    batch_cap = where(dep.max_sequences > 0, dep.max_sequences / p, engine.max_batch(seqs))
-    largest = where(dep.max_step_tokens > 0, np.minimum(batch_cap, dep.max_step_tokens / (kd + 1)), batch_cap)
+    batch_cap = where(dep.max_sequences > 0, np.ceil(dep.max_sequences / p), engine.max_batch(seqs))
+    largest = where(dep.max_step_tokens > 0, np.minimum(batch_cap, np.floor(dep.max_step_tokens / (kd + 1))),
+                    batch_cap)
     computed = engine.padded(seqs, dep.graphs, largest) * (kd + 1)
     # the captured graph's output head and its hop between stages take the padded rows too
     st = stage(ss, dep, hw, w, tok, dep.context, kv_read, place.share, computed, prefill=False, computed=computed)
