@@ -59,7 +59,7 @@ MAX_ENGINE_MEMORY = 1e13
 #: (CUDA graphs, the NPU's graph mode), as every engine benchmarked here runs by default;
 #: host_step_s 0: the host's scheduling hidden behind the previous step. The offline
 #: scenario's engine limits follow trtllm-bench (TensorRT-LLM tensorrt_llm/bench/build/
-#: tuning.py): max_sequences 0 and max_step_tokens 0 take its max_batch_size and
+#: tuning.py): max_sequences 0 and max_step_tokens 0 take pp x its max_batch_size and its
 #: max_num_tokens, which it derives from its own estimate of the requests the KV cache holds
 #: (snlab.serving.offline.bench_settings; the run keeps at most what the cache does hold in
 #: flight, and its largest captured graph is the smaller of the two limits); kv_fraction

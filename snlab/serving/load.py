@@ -92,7 +92,9 @@ def serve_load(model, system, *, ttft_target=None, tpot_target=None, policy: str
     ttft_target, tpot_target : latency targets [s] (or strings such as ``"200 ms"``) for
         the attainment and goodput; a target below one step of the engine is an error.
     policy : the colocated scheduler, one of :data:`SCHEDULERS` (default ``chunked``:
-        continuous batching with chunked prefill, as vLLM V1 and SGLang run by default).
+        continuous batching with chunked prefill, as vLLM V1 and SGLang run by default; the
+        limits an instance's deployment leaves at 0 are TensorRT-LLM's defaults,
+        :data:`snlab.serving.service.MAX_IN_FLIGHT` and :data:`~snlab.serving.service.STEP_TOKENS`).
     instances : colocated instances, requests dealt to them in turn.
     prefill, decode : the two plans of a disaggregated deployment (deployment keywords
         each; the others apply to both), ``prefill_instances`` and ``decode_instances``

@@ -35,10 +35,11 @@ _kernel.loaded(__name__)
 #: trtllm-bench's caps: the requests its estimate of the KV cache may give the engine, and
 #: the tokens one step may take (tensorrt_llm/bench/build/tuning.py, finetune_setting)
 MAX_IN_FLIGHT, MAX_STEP_TOKENS = 4096.0, 32768.0
-#: the limits trtllm-bench leaves at TensorRT-LLM's defaults (BuildConfig max_batch_size and
-#: max_num_tokens) for a quantisation it has no heuristic for (build.py, TUNED_QUANTS: NVFP4,
-#: FP8 and unquantised only; INT8 weights are not among them)
-UNTUNED_BATCH, UNTUNED_TOKENS = 2048.0, 8192.0
+#: TensorRT-LLM's default max_batch_size and max_num_tokens (tensorrt_llm BuildConfig): what
+#: trtllm-bench leaves them at for a quantisation it has no heuristic for (build.py,
+#: TUNED_QUANTS: NVFP4, FP8 and unquantised only; INT8 weights are not among them), and a
+#: request queue's instance's limits unless its deployment says (snlab.serving.service)
+BUILD_BATCH, BUILD_TOKENS = 2048.0, 8192.0
 #: the code of INT8 in the deployment's weight_dtype and kv_dtype (snlab.hardware.DTYPE_BYTES order)
 INT8 = float(list(DTYPE_BYTES).index("int8"))
 
@@ -158,8 +159,8 @@ def bench_settings(dep: Deployment, hw: Hardware, ck: Checkpoint, held):
     estimate = bench_requests(dep, hw, ck)
     raw = np.minimum(where(estimate >= 1, estimate, held), MAX_IN_FLIGHT) / dep.pp
     untuned = dep.weight_dtype == INT8
-    return (where(untuned, UNTUNED_BATCH, _engine.max_batch(raw)),
-            where(untuned, UNTUNED_TOKENS, step_budget(raw, dep)))
+    return (where(untuned, BUILD_BATCH, _engine.max_batch(raw)),
+            where(untuned, BUILD_TOKENS, step_budget(raw, dep)))
 
 
 def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, shard, prefill_pass, decode_step,

@@ -39,10 +39,10 @@ from .planner import evaluate, serve
 
 #: tokens a step may take per replica unless the deployment says: TensorRT-LLM's default
 #: max_num_tokens (tensorrt_llm BuildConfig), the token budget of its in-flight batching
-STEP_TOKENS = 8192
+STEP_TOKENS = int(off.BUILD_TOKENS)
 #: sequences a replica keeps in flight at most unless the deployment says: TensorRT-LLM's
 #: default max_batch_size (BuildConfig); the KV cache usually binds first
-MAX_IN_FLIGHT = 2048
+MAX_IN_FLIGHT = int(off.BUILD_BATCH)
 #: how an instance schedules its steps
 POLICIES = ("chunked", "mixed", "prefill-first", "prefill-only", "decode-only")
 #: per-replica sequences tabulated exactly (one captured-graph size after another), then
