@@ -95,6 +95,12 @@ def fmt_seconds(x: float) -> str:
     return f"{x:.3g} s"
 
 
+def fmt_rate(x: float) -> str:
+    """A rate for reading: ``fmt_rate(43146.2) == '43,146'``, ``fmt_rate(0.226) == '0.226'``
+    (whole numbers with separators from 100 up, three significant digits below)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def fmt_watts(x: float) -> str:
     """Human-readable power: ``fmt_watts(1.32e5) == '132 kW'``."""
     return fmt_quantity(x, "W")

@@ -1,6 +1,7 @@
 """The snlab serve command: table, comparison, JSON keys, one-line errors."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -106,6 +107,20 @@ def test_the_offline_table_and_json():
                           "--weight-dtype", "fp8", *OFFLINE, "--max-sequences", "256", "--json").stdout)
     assert data["deployment"]["scenario"] == "offline" and data["offline"]["sequences"] == 256
     assert data["offline"]["waves"] == 12 and data["deployment"]["batch"] == 256
+
+
+def test_a_run_too_long_to_fit_prints_its_tiny_rate_not_zero():
+    out = run("--model", "llama3-8b", "--system", "dgx-h100", "--scenario", "offline", "--requests", "100",
+              "--prompt-len", "100000000", "--output-len", "128").stdout
+    rate = next(line for line in out.splitlines() if "offline: output tokens/s" in line).split()[3]
+    assert 0 < float(rate) < 1e-3, out
+    assert re.search(r"^\s*fits\s+NO: KV cache needs", out, re.M), out
+
+
+def test_rates_read_as_whole_numbers_from_100_and_three_digits_below():
+    from snlab.units import fmt_rate
+    assert fmt_rate(43146.2) == "43,146" and fmt_rate(100) == "100"
+    assert fmt_rate(99.94) == "99.9" and fmt_rate(3.1456e-5) == "3.15e-05" and fmt_rate(0) == "0"
 
 
 @pytest.mark.parametrize("flags, field", [

@@ -9,7 +9,7 @@ Flags are read as text and converted here, so that a bad value ends in one
 from __future__ import annotations
 
 from ..errors import SnlabError
-from ..units import fmt_bytes, fmt_joules, fmt_seconds, fmt_watts, parse_quantity
+from ..units import fmt_bytes, fmt_joules, fmt_rate, fmt_seconds, fmt_watts, parse_quantity
 from ..serving.deployment import MAX_ENGINE_MEMORY, MAX_REQUESTS
 from ..serving.planner import MAX_COUNT, MAX_DEGREE, MAX_DRAFT_TOKENS
 from . import power_flags
@@ -140,20 +140,16 @@ def _evaluate(args, system: str, dep: dict):
     return serve(args.model, system, **dep, **power)
 
 
-def _rate(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
 ROWS = [
     ("devices", lambda r: f"{r.devices}"),
     ("devices lending HBM to the pool", lambda r: f"{r.lender_devices}"),
     ("batch (sequences)", lambda r: f"{r.deployment['batch']:,}"),
     ("time to first token", lambda r: fmt_seconds(r.ttft_s)),
     ("time per output token", lambda r: fmt_seconds(r.tpot_s)),
-    ("decode tokens/s per device", lambda r: _rate(r.decode_tokens_per_s_per_device)),
-    ("  published runs: from", lambda r: "-" if not r.band_runs else _rate(r.decode_tokens_per_s_per_device_low)),
-    ("  to", lambda r: "-" if not r.band_runs else _rate(r.decode_tokens_per_s_per_device_high)),
-    ("prefill tokens/s per device", lambda r: _rate(r.prefill_tokens_per_s_per_device)),
+    ("decode tokens/s per device", lambda r: fmt_rate(r.decode_tokens_per_s_per_device)),
+    ("  published runs: from", lambda r: "-" if not r.band_runs else fmt_rate(r.decode_tokens_per_s_per_device_low)),
+    ("  to", lambda r: "-" if not r.band_runs else fmt_rate(r.decode_tokens_per_s_per_device_high)),
+    ("prefill tokens/s per device", lambda r: fmt_rate(r.prefill_tokens_per_s_per_device)),
     ("weights per device", lambda r: fmt_bytes(r.weights_bytes_per_device)),
     ("KV cache per device", lambda r: fmt_bytes(r.kv_cache_bytes_per_device)),
     ("  in HBM", lambda r: fmt_bytes(r.kv_bytes_per_device["hbm"])),
@@ -177,12 +173,12 @@ ROWS = [
 ]
 #: the offline scenario's rows, shown before the fixed batch's when the scenario is offline
 OFFLINE_ROWS = [
-    ("offline: output tokens/s", lambda r: _rate(r.offline["tokens_per_s"])),
-    ("  per device", lambda r: _rate(r.offline["tokens_per_s_per_device"])),
+    ("offline: output tokens/s", lambda r: fmt_rate(r.offline["tokens_per_s"])),
+    ("  per device", lambda r: fmt_rate(r.offline["tokens_per_s_per_device"])),
     ("  published runs: from", lambda r: "-" if r.offline["tokens_per_s_per_device_low"] is None
-                              else _rate(r.offline["tokens_per_s_per_device_low"])),
+                              else fmt_rate(r.offline["tokens_per_s_per_device_low"])),
     ("  to", lambda r: "-" if r.offline["tokens_per_s_per_device_high"] is None
-             else _rate(r.offline["tokens_per_s_per_device_high"])),
+             else fmt_rate(r.offline["tokens_per_s_per_device_high"])),
     ("offline: mean TTFT", lambda r: fmt_seconds(r.offline["ttft_s"])),
     ("offline: mean TPOT", lambda r: fmt_seconds(r.offline["tpot_s"])),
     ("sequences in flight per replica", lambda r: f"{r.offline['sequences']:,}"),

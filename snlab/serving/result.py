@@ -9,14 +9,11 @@ from .. import uncertainty
 from ..result import Result
 from ..specs import Model, System
 from ..training.result import power_fields, power_rows
-from ..units import fmt_bytes, fmt_seconds
+from ..units import fmt_bytes, fmt_rate, fmt_seconds
 from .deployment import OUTPUT_DISTS, SCENARIOS
 from .step import KV_LOCATIONS, KV_TIERS
 
 _TIME_PARTS = ("kv", "weights", "dense", "experts", "attention", "elementwise", "fixed", "sampling", "tp", "ep", "pp")
-def _rate(x: float) -> str:
-    """A rate for reading: whole numbers with separators from 100 up, three digits below."""
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 #: the offline scenario's outputs: (key of ServeResult.offline, column)
@@ -175,9 +172,9 @@ class ServeResult(Result):
         tiers = ", ".join(f"{tier} {fmt_bytes(v)}" for tier, v in self.kv_bytes_per_device.items() if v > 0)
         o = self.offline
         rows = [
-            ("offline: output tokens/s", f"{o['tokens_per_s']:,.0f} ({o['tokens_per_s_per_device']:,.0f} per device"
-                                         + (f"; published runs: {o['tokens_per_s_per_device_low']:,.0f} to "
-                                            f"{o['tokens_per_s_per_device_high']:,.0f}"
+            ("offline: output tokens/s", f"{fmt_rate(o['tokens_per_s'])} ({fmt_rate(o['tokens_per_s_per_device'])} per device"
+                                         + (f"; published runs: {fmt_rate(o['tokens_per_s_per_device_low'])} to "
+                                            f"{fmt_rate(o['tokens_per_s_per_device_high'])}"
                                             if o["tokens_per_s_per_device_low"] is not None else "") + ")"),
             ("offline: how far to trust it", o["band"]),
             ("offline: mean TTFT, TPOT", f"{fmt_seconds(o['ttft_s'])}, {fmt_seconds(o['tpot_s'])}"),
@@ -194,8 +191,8 @@ class ServeResult(Result):
             ("time per output token", f"{fmt_seconds(self.tpot_s)} ({self.tokens_per_step:.3g} "
                                       f"token{'' if self.tokens_per_step == 1 else 's'} per "
                                       f"{fmt_seconds(self.decode_step_s)} step)"),
-            ("decode tokens/s per device", f"{_rate(self.decode_tokens_per_s_per_device)} "
-                                           f"({_rate(self.decode_tokens_per_s)} for all {self.devices}"
+            ("decode tokens/s per device", f"{fmt_rate(self.decode_tokens_per_s_per_device)} "
+                                           f"({fmt_rate(self.decode_tokens_per_s)} for all {self.devices}"
                                            + (f" and the {self.lender_devices} lending HBM to the pool"
                                               if self.lender_devices else "") + ")" + self._decode_band()),
             ("prefill tokens/s per device", f"{self.prefill_tokens_per_s_per_device:,.0f}"),
@@ -234,8 +231,8 @@ class ServeResult(Result):
     def _decode_band(self) -> str:
         if not self.band_runs:
             return ""
-        return (f"; published runs: {_rate(self.decode_tokens_per_s_per_device_low)} to "
-                f"{_rate(self.decode_tokens_per_s_per_device_high)}")
+        return (f"; published runs: {fmt_rate(self.decode_tokens_per_s_per_device_low)} to "
+                f"{fmt_rate(self.decode_tokens_per_s_per_device_high)}")
 
     def deployment_text(self) -> str:
         """The deployment in one line: degrees, batch, lengths, precisions, drafts."""
