@@ -387,6 +387,35 @@ def test_an_offline_wave_flows_through_the_pipeline():
     assert not starved.fits
 
 
+def test_a_lone_long_prompt_gets_its_first_token_after_its_last_chunk():
+    # one prompt of 8,000 tokens in chunks of 1,000: its first token comes after all eight
+    dep = offline_deployment(requests=1, prompt_len=8000, output_len=2, max_step_tokens=1000)
+    w, place = placed(dep)
+    run = off.offline(dep, HW, w.per_device, place.kv_per_token, place.shard,
+                      lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
+    assert run.chunks == 8 and run.ttft == approx(8e-3) and run.makespan == approx(8e-3 + 0.01)
+    # four prompts of 2,000 tokens: the i-th is done after 2i chunks, 5 on average
+    four = dataclasses.replace(dep, requests=4, prompt_len=2000)
+    run = off.offline(four, HW, w.per_device, place.kv_per_token, place.shard,
+                      lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
+    assert run.chunks == 8 and run.ttft == approx(5e-3)
+
+
+def test_offline_draft_tokens_shorten_each_output_token():
+    kw = dict(tp=2, scenario="offline", requests=3000, prompt_len=1000, output_len=1000, weight_dtype="fp8",
+              kv_dtype="fp8")
+    plain = snlab.serve("llama3-70b", "dgx-h100", **kw)
+    drafted = snlab.serve("llama3-70b", "dgx-h100", draft_tokens=3, acceptance=1.0, **kw)
+    # every draft accepted: a step emits four tokens per sequence, so an output token takes a quarter of
+    # it, as in the fixed-batch result of the same batch (whose mean context differs a little)
+    assert drafted.tokens_per_step == 4.0 and drafted.deployment["batch"] == plain.deployment["batch"]
+    assert drafted.offline["tpot_s"] == approx(drafted.tpot_s, rel=0.02)
+    assert plain.offline["tpot_s"] == approx(plain.tpot_s, rel=0.02)
+    assert drafted.offline["tpot_s"] < plain.offline["tpot_s"]
+    assert drafted.offline["tokens_per_s"] > plain.offline["tokens_per_s"]
+    assert drafted.offline["makespan_s"] < plain.offline["makespan_s"]
+
+
 def test_offline_columns_and_the_fixed_scenario():
     dep = offline_deployment(max_sequences=64)
     out = S.serve_columns(snlab.model("megatron-1.7b"), dep, HW)

@@ -13,7 +13,8 @@ captured graph the batch pads to; identical
 requests finish together, so the next wave enters then
 (:data:`snlab.walls.serving.wave_time`). The run takes its waves one after another
 (``offline_makespan``); its output tokens per second and its mean time to first token
-(``offline_mean_ttft``) follow, and its time per output token is the decode step's.
+(``offline_mean_ttft``) follow, and its time per output token is the decode step's
+over the tokens it emits per sequence (more than one with draft tokens).
 """
 
 from __future__ import annotations
@@ -163,15 +164,17 @@ def bench_settings(dep: Deployment, hw: Hardware, ck: Checkpoint, held):
             where(untuned, BUILD_TOKENS, step_budget(raw, dep)))
 
 
-def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, shard, prefill_pass, decode_step,
+def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, shard, prefill_pass, output_token_time,
             sequences_per_step, ck: Checkpoint) -> Offline:
     """The offline run of ``dep.requests`` requests over ``dep.dp`` replicas; ``ck`` the
     model as trtllm-bench reads it, for the limits the deployment leaves to it.
 
     ``prefill_pass(d)`` gives the time of one stage pass of deployment ``d``'s prefill
-    (its ``prefill_batch`` prompts at once), ``decode_step(d)`` the decode step of ``d``'s
-    ``batch`` sequences; ``sequences_per_step`` the tokens a decode step adds per
-    sequence (1 + draft tokens)."""
+    (its ``prefill_batch`` prompts at once), ``output_token_time(d)`` the time per output
+    token of ``d``'s ``batch`` sequences decoding (a decode step over the tokens it
+    accepts per sequence, :data:`snlab.walls.serving.time_per_output_token`: with draft
+    tokens a step emits more than one); ``sequences_per_step`` the tokens a decode step
+    verifies per sequence (1 + draft tokens), which its token budget must hold."""
     per_replica = np.ceil(dep.requests / dep.dp)
     held = kv_sequences(dep, hw, weights_per_device, kv_per_token, shard)
     bench_batch, bench_tokens = bench_settings(dep, hw, ck, held)
@@ -188,12 +191,15 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
     def wave(n):
         chunks = np.ceil(n * dep.prompt_len / budget)
         stage = prefill_pass(dataclasses.replace(dep, prefill_batch=n / chunks, **limits))
-        step = decode_step(dataclasses.replace(dep, batch=n * dep.dp, **limits))
+        step = output_token_time(dataclasses.replace(dep, batch=n * dep.dp, **limits))
         # a wave's chunks flow through the pipeline's stages one behind the other; a prompt's
-        # first token comes when its chunk leaves the last stage, half-way through on average
+        # first token comes when its last chunk leaves the last stage: on average half-way
+        # through when a chunk holds several prompts, after (n + 1) / 2 prompts' chunks when
+        # a prompt spans several (a lone prompt: after all of them); the later of the two
         time = sv.wave_time(prefill_chunks=chunks + dep.pp - 1, chunk_time=stage, mean_output_len=dep.output_len,
                             step_time=step)
-        return chunks, time, ((chunks + 1) / 2 + dep.pp - 1) * stage, step
+        first = np.maximum((chunks + 1) / 2, chunks * (n + 1) / (2 * n))
+        return chunks, time, (first + dep.pp - 1) * stage, step
 
     chunks, full, first, step = wave(b)
     _, partial, last_first, last_step = wave(last)

@@ -559,10 +559,10 @@ def offline_run(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, pla
     def prefill_pass(d):
         return prefill(ss, d, hw, w, placement(ss, d, hw, w)).stage.time
 
-    def decode_step(d):
-        return decode(ss, d, hw, w, placement(ss, d, hw, w)).step
+    def output_token_time(d):
+        return decode(ss, d, hw, w, placement(ss, d, hw, w)).tpot
 
-    return off.offline(dep, hw, w.per_device, place.kv_per_token, place.shard, prefill_pass, decode_step,
+    return off.offline(dep, hw, w.per_device, place.kv_per_token, place.shard, prefill_pass, output_token_time,
                        dep.draft_tokens + 1, ss.checkpoint)
 
 

@@ -197,7 +197,9 @@ wave_time = Formula(
     "(TensorRT-LLM perf-overview: uniform lengths, every request queued at once): a wave of n_b sequences "
     "enters together, is prefilled in chunks of the step's token budget, then decodes together",
     "Time of one wave of requests on a replica: s_pf chunked-prefill steps (the last of "
-    "them emits each sequence's first token), then mu_o - 1 decode steps.",
+    "them emits each sequence's first token), then its mu_o - 1 other output tokens at "
+    "t_step each: a decode step's time per output token (the step over the tokens it "
+    "emits per sequence, tau_s with draft tokens, 1 without).",
 )
 
 offline_makespan = Formula(
