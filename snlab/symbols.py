@@ -218,6 +218,8 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("chunk_time", r"\tau_{ch}", "s", "time of one chunked-prefill step", "nonneg"),
         ("wave_time", r"\tau_{w}", "s", "time of one wave: its chunked prefill, then its decode steps", "nonneg"),
         ("last_wave_time", r"\tau_{w}'", "s", "time of the last wave", "nonneg"),
+        ("first_token_chunks", r"s_{f}", "1", "chunked-prefill steps from a wave's start to one of its prompts' "
+                                                 "first token, on average", "nonneg"),
         ("first_token_time", r"\tau_{f}", "s", "mean time from a wave's start to one of its requests' first token", "nonneg"),
         ("last_first_token_time", r"\tau_{f}'", "s", "the same for the last wave", "nonneg"),
     ],

@@ -117,6 +117,14 @@ def test_a_run_too_long_to_fit_prints_its_tiny_rate_not_zero():
     assert re.search(r"^\s*fits\s+NO: KV cache needs", out, re.M), out
 
 
+def test_a_prompt_too_long_to_fit_prints_its_slow_prefill_and_batching_rates_not_zero():
+    out = run("--model", "llama3-8b", "--system", "dgx-h100", "--prompt-len", "100000000", "--output-len", "128").stdout
+    prefill = next(line for line in out.splitlines() if "prefill tokens/s per device" in line).split()[-1]
+    assert "." in prefill and 0 < float(prefill) < 100, out
+    batching = next(line for line in out.splitlines() if "continuous vs static batching" in line).split()
+    assert 0 < float(batching[4]) < 1e-3 and 0 < float(batching[6]) < 1e-3, out
+
+
 def test_rates_read_as_whole_numbers_from_100_and_three_digits_below():
     from snlab.units import fmt_rate
     assert fmt_rate(43146.2) == "43,146" and fmt_rate(100) == "100"

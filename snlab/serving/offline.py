@@ -13,7 +13,8 @@ captured graph the batch pads to; identical
 requests finish together, so the next wave enters then
 (:data:`snlab.walls.serving.wave_time`). The run takes its waves one after another
 (``offline_makespan``); its output tokens per second and its mean time to first token
-(``offline_mean_ttft``) follow, and its time per output token is the decode step's
+(``offline_mean_ttft``, a prompt's first token ``offline_first_token_chunks`` chunks into
+its wave) follow, and its time per output token is the decode step's
 over the tokens it emits per sequence (more than one with draft tokens).
 """
 
@@ -193,12 +194,10 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
         stage = prefill_pass(dataclasses.replace(dep, prefill_batch=n / chunks, **limits))
         step = output_token_time(dataclasses.replace(dep, batch=n * dep.dp, **limits))
         # a wave's chunks flow through the pipeline's stages one behind the other; a prompt's
-        # first token comes when its last chunk leaves the last stage: on average half-way
-        # through when a chunk holds several prompts, after (n + 1) / 2 prompts' chunks when
-        # a prompt spans several (a lone prompt: after all of them); the later of the two
+        # first token comes when its last chunk leaves the last stage
         time = sv.wave_time(prefill_chunks=chunks + dep.pp - 1, chunk_time=stage, mean_output_len=dep.output_len,
                             step_time=step)
-        first = np.maximum((chunks + 1) / 2, chunks * (n + 1) / (2 * n))
+        first = sv.offline_first_token_chunks(prefill_chunks=chunks, batch_sequences=n)
         return chunks, time, (first + dep.pp - 1) * stage, step
 
     chunks, full, first, step = wave(b)

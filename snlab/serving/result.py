@@ -195,7 +195,7 @@ class ServeResult(Result):
                                            f"({fmt_rate(self.decode_tokens_per_s)} for all {self.devices}"
                                            + (f" and the {self.lender_devices} lending HBM to the pool"
                                               if self.lender_devices else "") + ")" + self._decode_band()),
-            ("prefill tokens/s per device", f"{self.prefill_tokens_per_s_per_device:,.0f}"),
+            ("prefill tokens/s per device", fmt_rate(self.prefill_tokens_per_s_per_device)),
             ("weights per device", fmt_bytes(self.weights_bytes_per_device)),
             ("KV cache per device", f"{fmt_bytes(self.kv_cache_bytes_per_device)} "
                                     f"({fmt_bytes(kv['bytes_per_token'])} per token per sequence)"),
@@ -223,8 +223,8 @@ class ServeResult(Result):
                 extra = f" (exposed {fmt_seconds(t['ep_exposed'])})" if part == "ep" else ""
                 rows.append((f"  step: {label}", fmt_seconds(t[part]) + extra))
         b = self.batching
-        rows.append(("continuous vs static batching", f"{b['continuous_tokens_per_s_per_device']:,.0f} vs "
-                     f"{b['static_tokens_per_s_per_device']:,.0f} tokens/s per device "
+        rows.append(("continuous vs static batching", f"{fmt_rate(b['continuous_tokens_per_s_per_device'])} vs "
+                     f"{fmt_rate(b['static_tokens_per_s_per_device'])} tokens/s per device "
                      f"({b['continuous_over_static']:.2f}x, prefill included)"))
         return rows + power_rows(self, "output token")
 

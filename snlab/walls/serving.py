@@ -202,6 +202,18 @@ wave_time = Formula(
     "emits per sequence, tau_s with draft tokens, 1 without).",
 )
 
+offline_first_token_chunks = Formula(
+    "offline_first_token_chunks", "first_token_chunks",
+    sp.Max((sp_ + 1) / 2, sp_ * (nb + 1) / (2 * nb)),
+    "in-flight batching with chunked prefill (as wave_time): a prompt's first token is sampled in the step "
+    "that prefills its last chunk, and a wave's n_b prompts are chunked one after another",
+    "Chunked-prefill steps from a wave's start to a prompt's first token, on average over its n_b "
+    "prompts: (s_pf + 1)/2 when a chunk holds several prompts (each ends in one of the s_pf "
+    "steps), s_pf (n_b + 1)/(2 n_b) when a prompt spans several chunks (the k-th prompt ends "
+    "after k s_pf / n_b of them); the later of the two, so that a lone prompt waits for all "
+    "s_pf chunks.",
+)
+
 offline_makespan = Formula(
     "offline_makespan", "time",
     (W - 1) * tw + tw2,
@@ -230,5 +242,5 @@ __all__ = [
     "speculative_tokens_per_step", "time_per_output_token", "mla_absorbed_attention_flops",
     "expert_activation", "domains_per_token", "direct_all_to_all_time", "far_read_time",
     "tiered_read_time", "max_sequences", "static_steps_uniform", "static_steps_exponential",
-    "batching_throughput", "wave_time", "offline_makespan", "offline_throughput", "offline_mean_ttft",
+    "batching_throughput", "wave_time", "offline_first_token_chunks", "offline_makespan", "offline_throughput", "offline_mean_ttft",
 ]
