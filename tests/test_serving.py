@@ -174,3 +174,36 @@ def test_sweep_flags_rows_instead_of_raising():
     good = df[df.valid & df.fits]
     assert (good.tpot_s > 0).all() and set(good.kv_location.astype(str)) == {"hbm", "pool", "ssd"}
     assert {"tpot_s", "ttft_s", "kv_cache_bytes_per_device", "limited_by"} <= set(df.columns)
+
+
+def test_best_offline_limit_under_a_tpot_target():
+    dep = dict(tp=8, weight_dtype="fp8", scenario="offline", requests=3000, prompt_len=1024, output_len=1024)
+    free = serve("llama3-70b", "hgx-h200", **dep)
+    best = serve_best("llama3-70b", "hgx-h200", tpot_target=0.03, **dep)
+    chosen = best.deployment["max_sequences"]
+    assert best.offline["tpot_s"] <= 0.03 < free.offline["tpot_s"] and best.offline["sequences"] == chosen
+    # no limit of a coarse sweep that meets the target runs faster
+    df = serve_sweep("llama3-70b", "hgx-h200", max_sequences=[16, 64, 128, 256, 384, 512, 768, 1024, 1536], **dep)
+    ok = df[(df.offline_tpot_s <= 0.03) & df.fits]
+    assert 0 < len(ok) < len(df)
+    assert best.offline["tokens_per_s_per_device"] >= ok.offline_tokens_per_s_per_device.max() - 1e-6
+    # a looser target admits every limit the tighter one did
+    looser = serve_best("llama3-70b", "hgx-h200", tpot_target=0.05, **dep)
+    assert looser.offline["tokens_per_s_per_device"] >= best.offline["tokens_per_s_per_device"]
+    assert looser.offline["tpot_s"] <= 0.05
+    with pytest.raises(SnlabError, match="tpot_target"):
+        serve_best("llama3-70b", "hgx-h200", tpot_target="1 ms", **dep)
+    with pytest.raises(SnlabError, match="max_sequences"):
+        serve_best("llama3-70b", "hgx-h200", tpot_target=0.03, max_sequences=64, **dep)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(requests=3000), "requests"), (dict(max_sequences=16), "max_sequences"),
+    (dict(max_step_tokens=512), "max_step_tokens"), (dict(kv_fraction=0.5), "kv_fraction"),
+    (dict(kv_block_tokens=64), "kv_block_tokens"),
+    (dict(scenario="offline", requests=100, batch=64), "batch"),
+])
+def test_a_field_its_scenario_does_not_read_is_named(kw, field):
+    with pytest.raises(SnlabError, match=f"^{field}:"):
+        serve("llama3-8b", "hgx-h200", prompt_len=128, output_len=128, **kw)
+    serve("llama3-8b", "hgx-h200", prompt_len=128, output_len=128, max_sequences=0, kv_fraction=0.95)

@@ -166,3 +166,37 @@ def test_the_engine_memory_flag_takes_a_size():
     assert default["deployment"]["engine_memory_bytes"] == given["deployment"]["engine_memory_bytes"] \
         == pytest.approx(4.55 * 2**30)
     assert default["offline"]["sequences"] == given["offline"]["sequences"] < none["offline"]["sequences"]
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--requests", "3000"], "requests"), (["--max-sequences", "64"], "max_sequences"),
+    (["--max-step-tokens", "4096"], "max_step_tokens"), (["--kv-fraction", "0.5"], "kv_fraction"),
+    (["--kv-block-tokens", "64"], "kv_block_tokens"),
+    (["--scenario", "offline", "--requests", "100", "--batch", "8"], "batch"),
+])
+def test_a_flag_its_scenario_does_not_read_is_an_error_not_ignored(flags, field):
+    proc = run("--model", "llama3-8b", "--system", "dgx-h100", "--prompt-len", "100", "--output-len", "100", *flags,
+               check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"snlab: error: {field}:"), proc.stderr
+    assert "does not read it" in proc.stderr or "keeps as many" in proc.stderr
+    # the defaults themselves are no error
+    assert run("--model", "llama3-8b", "--system", "dgx-h100", "--prompt-len", "100", "--output-len", "100",
+               "--max-sequences", "0", "--kv-fraction", "0.95").returncode == 0
+
+
+@pytest.mark.parametrize("flag, value", [("--batch", "64"), ("--context", "4096"), ("--scenario", "offline")])
+def test_a_flag_a_request_stream_does_not_read_is_an_error_not_ignored(flag, value):
+    proc = run("--model", "llama3-8b", "--system", "dgx-h100", "--rate", "5", "--prompt-len", "128",
+               "--output-len", "128", flag, value, check=False)
+    field = flag[2:]
+    assert proc.returncode == 2 and proc.stderr.startswith(f"snlab: error: {field}:"), proc.stderr
+    assert "--rate" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_offline_tpot_target_picks_the_engine_s_limit():
+    out = run("--model", "llama3-70b", "--system", "hgx-h200", "--tp", "8", "--weight-dtype", "fp8",
+              "--scenario", "offline", "--requests", "3000", "--prompt-len", "1024", "--output-len", "1024",
+              "--tpot-target", "30ms").stdout
+    chosen = int(re.search(r"best max_sequences with mean time per output token <= 30ms: ([\d,]+)", out)
+                 .group(1).replace(",", ""))
+    assert re.search(rf"sequences in flight\s+{chosen:,} per replica", out), out

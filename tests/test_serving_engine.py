@@ -401,6 +401,15 @@ def test_a_lone_long_prompt_gets_its_first_token_after_its_last_chunk():
     assert run.chunks == 8 and run.ttft == approx(5e-3)
 
 
+def test_a_prompt_s_first_token_comes_after_its_last_chunk_on_average():
+    from snlab.walls import serving as sv
+    # 100 prompts in 4 chunks: each ends in one of them, 2.5 on average; one prompt in 8: after all 8;
+    # four prompts in 8 chunks: the i-th after 2i, 5 on average
+    np.testing.assert_allclose(sv.offline_first_token_chunks(prefill_chunks=np.array([4.0, 8.0, 8.0]),
+                                                             batch_sequences=np.array([100.0, 1.0, 4.0])),
+                               [2.5, 8.0, 5.0])
+
+
 def test_offline_draft_tokens_shorten_each_output_token():
     kw = dict(tp=2, scenario="offline", requests=3000, prompt_len=1000, output_len=1000, weight_dtype="fp8",
               kv_dtype="fp8")
@@ -503,16 +512,21 @@ def test_the_offline_engine_limits():
     # and the engine's limits, from which it knows its largest captured graph
     assert seen[0].max_sequences == 4096 and seen[0].max_step_tokens == run.step_tokens
     assert run.max_batch == 2048                                  # max_batch_size, a stage's
-    # a step holds its micro-batch's decode tokens at least: half a two-stage replica's
+    # a token budget of its own caps the sequences in flight: a step decodes as many as it holds,
+    # a micro-batch of 64 in each of two stages
     staged = off.offline(offline_deployment(pp=2, max_step_tokens=64, requests=500), HW, w.per_device,
                          place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
-    assert staged.step_tokens == math.ceil(staged.batch / 2) > 64
+    assert staged.step_tokens == 64 and staged.batch == 128 and staged.max_batch == 64
     one = off.offline(offline_deployment(max_sequences=1, max_step_tokens=1, requests=3), HW, w.per_device,
                       place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
     assert one.batch == 1 and one.step_tokens == 1 and one.chunks == 1000  # a prompt token a step
     drafts = off.offline(offline_deployment(max_step_tokens=64, requests=500), HW, w.per_device,
                          place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 2.0, SS.checkpoint)
-    assert drafts.step_tokens == 2 * drafts.batch > 64            # a step holds every sequence's tokens
+    assert drafts.step_tokens == 64 and drafts.batch == 32        # two tokens a sequence verifies
+    # left to trtllm-bench, a step still holds every sequence's tokens
+    held = off.offline(offline_deployment(requests=500), HW, w.per_device, place.kv_per_token, place.shard,
+                       lambda d: 1e-3, lambda d: 0.01, 64.0, SS.checkpoint)
+    assert held.step_tokens == 64 * held.batch
     # 4,500 and 8,502 tokens: rounded to 512 below 8,192, to 1,024 above
     np.testing.assert_array_equal(off.step_budget(np.array([750.0, 1417.0]), offline_deployment()), [4608, 9216])
     np.testing.assert_array_equal(off.step_budget(np.array([1350.0]), offline_deployment()), [8192])
@@ -556,10 +570,11 @@ def test_offline_rows_beside_fixed_ones():
     w = S.weights(SS.base, dep, HW)
     kv_memory = 0.95 * (40e9 - HW.memory_reserve - ENGINE_MEMORY - w.per_device)
     held = math.floor(kv_memory / (1216 * KV_TOKEN / 2))
-    b = min(held, 1000)
+    b = min(held, 1000, 64 // 2)                                    # a step's 64 tokens: a draft token each
+    assert b == 32
     assert out["offline_tokens_per_s"][0] == 0 and out["offline_waves"][0] == 0
     assert out["batch_in_flight"].tolist() == [8, b]
-    assert out["offline_step_tokens"][1] == 2 * b                  # b sequences, a draft token each
+    assert out["offline_step_tokens"][1] == 2 * b
     # the offline row's batch sits in HBM, in the memory the run gives the KV cache
     assert out["kv_location"][1] == 0 and out["kv_hbm_bytes_per_device"][1] == approx(b * 1200 * KV_TOKEN / 2)
     assert out["max_batch_hbm"][1] == math.floor(kv_memory / (1200 * KV_TOKEN / 2)) == out["max_batch"][1]

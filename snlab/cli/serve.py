@@ -60,6 +60,15 @@ MAX_LIMIT = 10**8
 _BOOL = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
+#: flags a run under --rate does not read, and what it reads instead
+_NOT_WITH_RATE = {
+    "batch": "no --batch with --rate: an instance keeps as many sequences in flight as its limits and KV cache "
+             "allow (--max-sequences bounds them)",
+    "context": "no --context with --rate: each request's KV length follows its prompt and output",
+    "scenario": "no --scenario with --rate: requests arrive at the rate, neither a fixed batch nor all at once",
+}
+
+
 def register(sub) -> None:
     p = sub.add_parser("serve", help="time to first token, time per output token, throughput and KV-cache "
                                      "placement of one serving deployment")
@@ -69,7 +78,8 @@ def register(sub) -> None:
         p.add_argument("--" + flag.replace("_", "-"), dest=flag, default=None, metavar="X", help=help_)
     p.add_argument("--tpot-target", dest="tpot_target", default=None, metavar="T",
                    help="pick the batch with the best throughput whose time per output token is within T "
-                        "(e.g. 50ms); --batch is then ignored. With --rate: the TPOT target")
+                        "(e.g. 50ms); --batch is then ignored. Offline: the --max-sequences whose mean TPOT "
+                        "is. With --rate: the TPOT target")
     load.register(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     power_flags.add(p)
@@ -193,7 +203,10 @@ OFFLINE_ROWS = [
 def run(args) -> int:
     if args.rate is not None:
         dep = deployment(args, lengths=False)
-        for name in ("batch", "prompt_len", "output_len", "context", "scenario", "requests"):
+        for name, allowed in _NOT_WITH_RATE.items():
+            if name in dep:
+                raise SnlabError(name, f"got {getattr(args, name)!r} with --rate, which does not read it", allowed)
+        for name in ("prompt_len", "output_len", "requests"):
             dep.pop(name, None)          # the workload's, read by the --rate family
         return load.run(args, dep)
     dep = deployment(args)
@@ -209,7 +222,10 @@ def run(args) -> int:
         print_json(out[0] if len(out) == 1 else {"systems": out})
         return 0
     if len(results) == 1:
-        if args.tpot_target is not None:
+        if args.tpot_target is not None and results[0].deployment["scenario"] == "offline":
+            print(f"best max_sequences with mean time per output token <= {args.tpot_target}: "
+                  f"{results[0].deployment['max_sequences']:,}")
+        elif args.tpot_target is not None:
             print(f"best batch with time per output token <= {args.tpot_target}: {results[0].deployment['batch']:,}")
         print(results[0])
         return 0

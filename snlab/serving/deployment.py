@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import SnlabError
 from ..grid import first_broken, maximum, nearest, whole
 from ..hardware import DTYPE_BYTES
 from ..units import GIB
@@ -110,6 +111,30 @@ ALLOWED = dict(
     engine_memory_bytes="a size in bytes from 0 to 10 TB per device (memory the engine keeps besides weights and KV "
                         "cache; default 4.55 GiB, TensorRT-LLM's)",
 )
+
+
+#: the fields only the offline scenario reads (its requests and the engine's limits)
+OFFLINE_ONLY = ("requests", "max_sequences", "max_step_tokens", "kv_fraction", "kv_block_tokens")
+
+
+def check_scenario(deployment: dict) -> None:
+    """Raise :class:`SnlabError` for a field the deployment's scenario does not read, so
+    that it is not silently ignored: an offline field (:data:`OFFLINE_ONLY`) set away from
+    its default in the fixed scenario, or ``batch`` in the offline one, whose engine picks
+    the sequences in flight itself (``max_sequences`` bounds them)."""
+    scenario = deployment.get("scenario", "fixed")
+    if scenario == "offline":
+        if deployment.get("batch") is not None:
+            raise SnlabError("batch", f"got {deployment['batch']!r} with scenario 'offline', which keeps as many "
+                             "sequences in flight as its engine limits and KV cache allow",
+                             "no batch; max_sequences bounds the sequences in flight per replica")
+        return
+    if scenario != "fixed":             # a scenario that is neither: its own rule reports it
+        return
+    for name in OFFLINE_ONLY:
+        if name in deployment and deployment[name] is not None and deployment[name] != DEFAULTS[name]:
+            raise SnlabError(name, f"got {deployment[name]!r} with scenario 'fixed', which does not read it",
+                             "scenario='offline' for a run of requests queued at once, or leave it out")
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,12 @@ def offline(dep: Deployment, hw: Hardware, weights_per_device, kv_per_token, sha
     bench_batch, bench_tokens = bench_settings(dep, hw, ck, held)
     # max_batch_size bounds each pipeline stage's micro-batch: a replica keeps pp of them
     cap = where(dep.max_sequences > 0, dep.max_sequences, bench_batch * dep.pp)
+    # a token budget of its own caps the sequences a step decodes: TensorRT-LLM's micro-batch
+    # scheduler stops adding requests once a step's tokens (1 + draft tokens for each
+    # decoding sequence) would pass max_num_tokens (batch_manager/microBatchScheduler.cpp);
+    # a max_sequences of its own is held to the budget by the deployment's rules instead
+    own_budget = (dep.max_sequences == 0) & (dep.max_step_tokens > 0)
+    cap = where(own_budget, np.minimum(cap, np.floor(dep.max_step_tokens / sequences_per_step) * dep.pp), cap)
     b = np.maximum(np.minimum(np.minimum(held, cap), per_replica), 1.0)
     waves = np.ceil(per_replica / b)
     last = per_replica - (waves - 1) * b

@@ -247,6 +247,7 @@ def serve(model: PresetLike, system: PresetLike, *, cooling: str | None = None, 
     for name, value in deployment.items():
         if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim > 0):
             raise SnlabError(name, "got a list", "one value; use snlab.serve_sweep for grids")
+    dp_.check_scenario(deployment)
     dep, hw, _ = _grid(m, s, deployment)
     values = {f: getattr(dep, f) for f in dp_.Deployment.__dataclass_fields__}
     row = _kernel_row(m, s, hw, values, prices, pue)
@@ -413,9 +414,13 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
 
     Candidates are multiples of ``dp`` from ``dp`` up to ``max_batch`` (default: the
     largest batch that fits with every memory tier), with the largest that fits in HBM
-    alone among them (beyond it the pool's lenders count against throughput). Raises
-    :class:`SnlabError` naming ``tpot_target`` when no batch meets it. ``cooling``,
-    ``pue`` and ``prices`` as in :func:`serve`.
+    alone among them (beyond it the pool's lenders count against throughput). In the
+    offline scenario, whose engine picks its own batch, the candidates are its limit
+    ``max_sequences`` instead, from 1 to the sequences its KV cache holds (or
+    ``max_batch``), and the best is the one with the most output tokens per second whose
+    mean time per output token meets the target: the max_batch_size one tunes an engine
+    with for a latency target. Raises :class:`SnlabError` naming ``tpot_target`` when no
+    candidate meets it. ``cooling``, ``pue`` and ``prices`` as in :func:`serve`.
     """
     from ..training.planner import power_options
     m, s = _resolve(model, system)
@@ -426,19 +431,33 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
         raise SnlabError("tpot_target", f"got {tpot_target!r}", "a time > 0 and at most an hour, e.g. 0.05 or '50 ms'")
     if max_batch is not None:
         max_batch = grid.whole_number("max_batch", max_batch, 1, 1e9, "a whole number of sequences from 1 to 1,000,000,000")
-    deployment.pop("batch", None)
-    first = serve(m, s, **deployment, batch=deployment.get("dp", 1))
-    dp = first.deployment["dp"]
-    top = int(max_batch) if max_batch else max(first.limits["max_batch"], dp)
-    in_hbm = min(max(first.limits["max_batch_hbm"] // dp, 1), max(top // dp, 1))
-    per = np.unique(np.round(np.concatenate([np.geomspace(1, max(top // dp, 1), 400),
-                                             np.geomspace(1, in_hbm, 100), [in_hbm]])))
-    batches = per * dp
-    g, hw, broken, out = evaluate(m, s, {**deployment, "batch": batches})
-    ok = (broken < 0) & out["fits"].astype(bool) & (out["tpot_s"] <= tpot_target)
+    offline = deployment.get("scenario") == "offline"
+    if offline:
+        if "max_sequences" in deployment:
+            raise SnlabError("max_sequences", f"got {deployment['max_sequences']!r} with a tpot_target, which picks it",
+                             "no max_sequences; max_batch bounds the candidates")
+        first = serve(m, s, **deployment)
+        top = int(max_batch) if max_batch else max(int(first.offline["kv_sequences"]), 1)
+        candidates = np.unique(np.round(np.geomspace(1, top, 400)))
+        g, hw, broken, out = evaluate(m, s, {**deployment, "max_sequences": candidates})
+        tpot, rate = out["offline_tpot_s"], out["offline_tokens_per_s_per_device"]
+    else:
+        deployment.pop("batch", None)
+        first = serve(m, s, **deployment, batch=deployment.get("dp", 1))
+        dp = first.deployment["dp"]
+        top = int(max_batch) if max_batch else max(first.limits["max_batch"], dp)
+        in_hbm = min(max(first.limits["max_batch_hbm"] // dp, 1), max(top // dp, 1))
+        per = np.unique(np.round(np.concatenate([np.geomspace(1, max(top // dp, 1), 400),
+                                                 np.geomspace(1, in_hbm, 100), [in_hbm]])))
+        candidates = per * dp
+        g, hw, broken, out = evaluate(m, s, {**deployment, "batch": candidates})
+        tpot, rate = out["tpot_s"], out["decode_tokens_per_s_per_device"]
+    ok = (broken < 0) & out["fits"].astype(bool) & (tpot <= tpot_target)
     if not ok.any():
-        fastest = np.nanmin(np.where(broken < 0, out["tpot_s"], np.nan))
-        raise SnlabError("tpot_target", f"no batch meets {tpot_target * 1e3:.3g} ms; the fastest step gives "
+        fastest = np.nanmin(np.where(broken < 0, tpot, np.nan))
+        raise SnlabError("tpot_target", f"no {'max_sequences' if offline else 'batch'} meets "
+                         f"{tpot_target * 1e3:.3g} ms; the fastest step gives "
                          f"{fastest * 1e3:.3g} ms per output token", f"a target above {fastest * 1e3:.3g} ms")
-    best = int(np.nanargmax(np.where(ok, out["decode_tokens_per_s_per_device"], -np.inf)))
-    return serve(m, s, pue=pue, prices=prices, **deployment, batch=int(batches[best]))
+    best = int(candidates[int(np.nanargmax(np.where(ok, rate, -np.inf)))])
+    chosen = {"max_sequences": best} if offline else {"batch": best}
+    return serve(m, s, pue=pue, prices=prices, **deployment, **chosen)
