@@ -207,3 +207,13 @@ def test_a_field_its_scenario_does_not_read_is_named(kw, field):
     with pytest.raises(SnlabError, match=f"^{field}:"):
         serve("llama3-8b", "hgx-h200", prompt_len=128, output_len=128, **kw)
     serve("llama3-8b", "hgx-h200", prompt_len=128, output_len=128, max_sequences=0, kv_fraction=0.95)
+
+
+def test_a_sweep_names_every_field_it_swept():
+    df = serve_sweep("llama3-8b", "hgx-h200", prompt_len=128, output_len=128, batch=8, hbm_utilization=[0.5, 0.9],
+                     pool_share=[0.2, 1.0])
+    assert df[["hbm_utilization", "pool_share"]].values.tolist() == [[0.5, 0.2], [0.5, 1.0], [0.9, 0.2], [0.9, 1.0]]
+    assert "ep_overlap" not in df                    # unset: each regime's own measured default
+    moe = dict(dp=16, ep=16, batch=128, microbatches=2, weight_dtype="int8", prompt_len=128, output_len=128)
+    df = serve_sweep("deepseek-v3", "cloudmatrix384", ep_overlap=[0.2, 0.8], **moe)
+    assert df.ep_overlap.tolist() == [0.2, 0.8] and df.tpot_s.iloc[0] > df.tpot_s.iloc[1]

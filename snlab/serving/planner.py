@@ -331,8 +331,11 @@ def _frame(model: Model, system: System, g: dict, hw: dict, broken: np.ndarray, 
     data["scenario"] = pd.Categorical.from_codes(g["scenario"].astype(int), list(dp_.SCENARIOS))
     for name in ("requests", "max_sequences", "max_step_tokens", "kv_block_tokens"):
         data[name] = np.where(np.isfinite(g[name]) & offline, g[name], 0).astype(np.int64)
-    for name in ("kv_fraction", "expert_imbalance", "host_step_s", "engine_memory_bytes"):
+    for name in ("kv_fraction", "expert_imbalance", "host_step_s", "engine_memory_bytes", "hbm_utilization",
+                 "pool_share"):
         data[name] = g[name]
+    if np.isfinite(g["ep_overlap"]).any():      # given: its value (unset, each regime has its measured default)
+        data["ep_overlap"] = g["ep_overlap"]
     data["graphs"] = g["graphs"] > 0
     data["acceptance"] = g["acceptance"]
     data["weight_dtype"] = pd.Categorical.from_codes(g["weight_dtype"].astype(int), _DTYPES)
