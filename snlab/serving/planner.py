@@ -241,13 +241,21 @@ def serve(model: PresetLike, system: PresetLike, *, cooling: str | None = None, 
     cooling, pue, prices : as in :func:`snlab.train`; energy and cost are per output
         token at the continuous-batching rate (the offline run's, offline).
     """
+    dp_.check_scenario(deployment)
+    return serve_unchecked(model, system, cooling=cooling, pue=pue, prices=prices, **deployment)
+
+
+def serve_unchecked(model: PresetLike, system: PresetLike, *, cooling: str | None = None, pue: float | None = None,
+                    prices=None, **deployment) -> ServeResult:
+    """:func:`serve` without its check that the scenario reads every field given: a
+    request queue's instance (:mod:`snlab.serving.service`) probes its deployment's rules
+    with a fixed batch beside the engine limits it reads itself."""
     from ..training.planner import power_options
     m, s = _resolve(model, system)
     s, pue, prices = power_options(s, cooling, pue, prices, "sustained_clock" in deployment)
     for name, value in deployment.items():
         if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim > 0):
             raise SnlabError(name, "got a list", "one value; use snlab.serve_sweep for grids")
-    dp_.check_scenario(deployment)
     dep, hw, _ = _grid(m, s, deployment)
     values = {f: getattr(dep, f) for f in dp_.Deployment.__dataclass_fields__}
     row = _kernel_row(m, s, hw, values, prices, pue)

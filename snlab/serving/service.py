@@ -35,7 +35,7 @@ from ..walls import serving as sv
 from . import deployment as dp_
 from . import offline as off
 from . import step
-from .planner import evaluate, serve
+from .planner import evaluate, serve_unchecked
 
 #: tokens a step may take per replica unless the deployment says: TensorRT-LLM's default
 #: max_num_tokens (tensorrt_llm BuildConfig), the token budget of its in-flight batching
@@ -167,7 +167,7 @@ def _instance(model, system, max_context: float, cache_tier: str, key: tuple) ->
         if name in deployment:
             raise SnlabError(name, "set by the workload, not the deployment", "tp, pp, dp, ep and engine settings")
     probe = {**deployment, "batch": deployment.get("dp", dp_.DEFAULTS["dp"]), **_PROBE}
-    serve(m, s, **probe)                    # the deployment's rules, as serve checks them
+    serve_unchecked(m, s, **probe)          # the deployment's rules, as serve checks them
     cols, _, _, _ = evaluate(m, s, probe)
     dep = dp_.Deployment(**{k: np.ravel(v)[0] for k, v in cols.items()})
     hw = hardware(s)
