@@ -269,6 +269,8 @@ _TABLE: dict[str, list[tuple[str, str, str, str, str]]] = {
         ("mean_prompt_len", r"\mu_{p}", "1", "mean prompt length of a request (tokens)", "pos"),
         ("step_tokens", r"b_{tok}", "1", "tokens one engine step may process (its token budget)", "pos"),
         ("attainment", r"\alpha_{slo}", "1", "fraction of requests meeting both latency targets (TTFT and TPOT)", "nonneg"),
+        ("completion_rate", r"X_{req}", "1/s", "requests a measured run completes per second: its requests over "
+                                               "its duration, first arrival to last completion", "nonneg"),
         ("goodput", r"X_{good}", "1/s", "requests per second that meet both latency targets", "nonneg"),
         ("prefill_instances", r"n_{P}", "1", "prefill instances of a disaggregated deployment", "int"),
         ("decode_instances", r"n_{D}", "1", "decode instances of a disaggregated deployment", "int"),

@@ -56,7 +56,9 @@ def statistics(run, requests, warmup: float, ttft_target, tpot_target, level: fl
         "itl": _summary(run.gaps, run.batches), "queue": _summary(run.admitted[keep] - arrival),
         "e2e": _summary(last - arrival), "decode_batch": float(np.average(run.batches)) if run.batches.size else 0.0,
         "peak_kv_tokens": float(run.peak_kv_tokens), "attainment": attainment, "attainment_level": level,
-        "goodput_rps": None if attainment is None else float(qw.goodput(arrival_rate=offered, attainment=attainment)),
+        "goodput_rps": None if attainment is None else float(qw.measured_goodput(completion_rate=keep.sum() / span,
+                                                                                  arrival_rate=offered,
+                                                                                  attainment=attainment)),
     }
 
 

@@ -117,6 +117,17 @@ max_stable_rate = Formula(
 
 # --- targets and goodput ---------------------------------------------------------------
 
+measured_goodput = Formula(
+    "measured_goodput", "goodput",
+    sp.Min(sym.completion_rate, lam) * sym.attainment,
+    "vLLM benchmarks/serve.py (--goodput): request goodput = requests completed within every target "
+    "over the benchmark's duration; no more than arrive (DistServe's goodput, as above)",
+    "Requests per second a measured run serves within both latency targets: the requests it "
+    "completes per second, at most the offered rate lambda, times the fraction of them "
+    "meeting both. A stable deployment completes what arrives; an overloaded one only what "
+    "it can, so goodput never exceeds throughput.",
+)
+
 goodput = Formula(
     "goodput", "goodput",
     lam * sym.attainment,
@@ -154,5 +165,5 @@ prefix_hit_bytes = Formula(
 )
 
 __all__ = ["utilization", "kingman_wait", "wait_quantile", "little_in_flight", "decode_in_flight", "kv_in_flight",
-           "mixed_step_time", "max_stable_rate", "goodput", "disaggregated_rate", "goodput_per_device",
+           "mixed_step_time", "max_stable_rate", "measured_goodput", "goodput", "disaggregated_rate", "goodput_per_device",
            "prefix_hit_bytes"]
