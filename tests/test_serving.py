@@ -202,6 +202,10 @@ def test_best_offline_limit_under_a_tpot_target():
     (dict(max_step_tokens=512), "max_step_tokens"), (dict(kv_fraction=0.5), "kv_fraction"),
     (dict(kv_block_tokens=64), "kv_block_tokens"),
     (dict(scenario="offline", requests=100, batch=64), "batch"),
+    (dict(scenario="offline", requests=100, context=100_000), "context"),
+    (dict(scenario="offline", requests=100, hbm_utilization=0.5), "hbm_utilization"),
+    (dict(scenario="offline", requests=100, pool_share=0.5), "pool_share"),
+    (dict(scenario="offline", requests=100, kv_offload="hbm"), "kv_offload"),
 ])
 def test_a_field_its_scenario_does_not_read_is_named(kw, field):
     with pytest.raises(SnlabError, match=f"^{field}:"):

@@ -173,12 +173,14 @@ def test_the_engine_memory_flag_takes_a_size():
     (["--max-step-tokens", "4096"], "max_step_tokens"), (["--kv-fraction", "0.5"], "kv_fraction"),
     (["--kv-block-tokens", "64"], "kv_block_tokens"),
     (["--scenario", "offline", "--requests", "100", "--batch", "8"], "batch"),
+    (["--scenario", "offline", "--requests", "100", "--context", "100000"], "context"),
+    (["--scenario", "offline", "--requests", "100", "--hbm-utilization", "0.5"], "hbm_utilization"),
 ])
 def test_a_flag_its_scenario_does_not_read_is_an_error_not_ignored(flags, field):
     proc = run("--model", "llama3-8b", "--system", "dgx-h100", "--prompt-len", "100", "--output-len", "100", *flags,
                check=False)
     assert proc.returncode == 2 and proc.stderr.startswith(f"snlab: error: {field}:"), proc.stderr
-    assert "does not read it" in proc.stderr or "keeps as many" in proc.stderr
+    assert "does not read it" in proc.stderr or "keeps as many" in proc.stderr or "grow from" in proc.stderr
     # the defaults themselves are no error
     assert run("--model", "llama3-8b", "--system", "dgx-h100", "--prompt-len", "100", "--output-len", "100",
                "--max-sequences", "0", "--kv-fraction", "0.95").returncode == 0

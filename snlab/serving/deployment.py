@@ -115,6 +115,10 @@ ALLOWED = dict(
 
 #: the fields only the offline scenario reads (its requests and the engine's limits)
 OFFLINE_ONLY = ("requests", "max_sequences", "max_step_tokens", "kv_fraction", "kv_block_tokens")
+#: the fields the offline scenario does not read, and what it reads instead
+FIXED_ONLY = dict(hbm_utilization="kv_fraction sizes the offline run's KV cache",
+                  pool_share="the offline run keeps its KV cache in HBM, as the engines do",
+                  kv_offload="the offline run keeps its KV cache in HBM, as the engines do")
 
 
 def check_scenario(deployment: dict) -> None:
@@ -128,6 +132,13 @@ def check_scenario(deployment: dict) -> None:
             raise SnlabError("batch", f"got {deployment['batch']!r} with scenario 'offline', which keeps as many "
                              "sequences in flight as its engine limits and KV cache allow",
                              "no batch; max_sequences bounds the sequences in flight per replica")
+        if deployment.get("context") is not None:
+            raise SnlabError("context", f"got {deployment['context']!r} with scenario 'offline', whose sequences "
+                             "grow from their prompt to prompt + output", "no context; prompt_len and output_len")
+        for name, instead in FIXED_ONLY.items():
+            if name in deployment and deployment[name] is not None and deployment[name] != DEFAULTS[name]:
+                raise SnlabError(name, f"got {deployment[name]!r} with scenario 'offline', which does not read it",
+                                 f"leave it out; {instead}")
         return
     if scenario != "fixed":             # a scenario that is neither: its own rule reports it
         return
