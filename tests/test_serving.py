@@ -221,3 +221,11 @@ def test_a_sweep_names_every_field_it_swept():
     moe = dict(dp=16, ep=16, batch=128, microbatches=2, weight_dtype="int8", prompt_len=128, output_len=128)
     df = serve_sweep("deepseek-v3", "cloudmatrix384", ep_overlap=[0.2, 0.8], **moe)
     assert df.ep_overlap.tolist() == [0.2, 0.8] and df.tpot_s.iloc[0] > df.tpot_s.iloc[1]
+
+
+def test_an_offline_run_whose_weights_do_not_fit_says_so():
+    kw = dict(scenario="offline", requests=10, prompt_len=1024, output_len=256)
+    r = serve("llama3-70b", "dgx-h100", **kw)                 # 141 GB of BF16 weights on one 80 GB H100
+    assert not r.fits and r.reason.startswith("weights need 141 GB per device")
+    df = serve_sweep("llama3-70b", "dgx-h100", tp=[1, 2], **kw)
+    assert df.reason.tolist() == ["weights do not fit in HBM", "ok"] and df.fits.tolist() == [False, True]

@@ -107,7 +107,12 @@ class ServeResult(Result):
                    output_dist=OUTPUT_DISTS[int(g["output_dist"])])
         location = KV_LOCATIONS[int(row["kv_location"])]
         by_tier = {t: row[f"kv_{t}_bytes_per_device"] for t in KV_TIERS}
-        if not row["fits_weights"]:
+        if not row["fits_weights"] and dep["scenario"] == "offline":
+            room = max(system.device.hbm_capacity - system.device.memory_reserve - g["engine_memory_bytes"], 0.0)
+            reason = (f"weights need {fmt_bytes(row['weights_bytes_per_device'])} per device; "
+                      f"{system.device.name} has {fmt_bytes(room)} after the runtime's reserve and the engine's "
+                      f"{fmt_bytes(g['engine_memory_bytes'])} (engine_memory_bytes)")
+        elif not row["fits_weights"]:
             reason = (f"weights need {fmt_bytes(row['weights_bytes_per_device'])} per device; "
                       f"{system.device.name} offers {fmt_bytes(g['hbm_utilization'] * system.device.hbm_capacity)} "
                       f"({g['hbm_utilization']:.0%} of HBM)")

@@ -531,7 +531,11 @@ def serve_columns(model, dep: Deployment, hw: Hardware) -> dict[str, np.ndarray]
         # the memory the offline run gives the KV cache in HBM, where the engines keep it
         # (the batch is sized to it, so nothing spills)
         kv_memory = off.kv_memory(dep, hw, w.per_device)
-        utilization = (kv_memory + w.per_device) / maximum(hw.hbm_capacity, 1.0)
+        # weights that leave no room beside the runtime's reserve and the engine's own memory
+        # do not fit, whatever the KV cache
+        room = hw.hbm_capacity - hw.memory_reserve - dep.engine_memory_bytes
+        utilization = where(w.per_device <= room, kv_memory + w.per_device, maximum(room, 0.0)) \
+            / maximum(hw.hbm_capacity, 1.0)
         dep = dataclasses.replace(dep, hbm_utilization=where(offline_rows, utilization, dep.hbm_utilization))
         run = offline_run(ss, dep, hw, w, placement(ss, dep, hw, w))
         # every fixed-batch column then describes a step of the engine's batch, whose KV
