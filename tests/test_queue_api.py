@@ -160,3 +160,20 @@ def test_an_overloaded_engine_serves_no_more_within_targets_than_it_completes():
                    ttft_target=5.0, tpot_target=0.2)
     assert r.throughput_rps < 0.1 * r.offered_rps and 0 < r.attainment < 1
     assert r.goodput_rps == pytest.approx(r.throughput_rps * r.attainment)
+
+
+def test_a_plan_whose_weights_do_not_fit_names_its_tensor_parallel_degree():
+    # Llama 3 70B in BF16 on one H100: the weights, not the workload or the targets, are at fault
+    for kw in ({}, {"tpot_target": 0.05}):
+        with pytest.raises(SnlabError, match=r"^tp: weights need 141 GB per device at tp=1"):
+            serve_load("llama3-70b", "dgx-h100", rate=5, prompt_len=1024, output_len=256, **kw)
+    # a pool's own plan is named as that pool's
+    with pytest.raises(SnlabError, match=r"^decode_tp: weights need"):
+        serve_load("llama3-70b", "dgx-h100", rate=5, prompt_len=1024, output_len=256, tp=8, prefill={},
+                   decode={"tp": 1})
+    with pytest.raises(SnlabError, match=r"^prefill_tp: broken rule: tp=3"):
+        serve_load("llama3-70b", "dgx-h100", rate=5, prompt_len=1024, output_len=256, tp=8, prefill={"tp": 3},
+                   decode={})
+    # a shared field stays the shared one's
+    with pytest.raises(SnlabError, match=r"^tp: broken rule: tp=3"):
+        serve_load("llama3-70b", "dgx-h100", rate=5, prompt_len=1024, output_len=256, tp=3, prefill={}, decode={})

@@ -128,6 +128,17 @@ def serve_load(model, system, *, ttft_target=None, tpot_target=None, policy: str
     return LoadResult.colocated(svc, w, n, policy, stats, closed, ttft, tpot)
 
 
+def _role_instance(role: str, own: dict, model, system, **kwargs):
+    """:func:`instance` of the prefill or the decode pool: an error in a field the pool's
+    own plan set names it as that pool's (``prefill_tp``), as the command line does."""
+    try:
+        return instance(model, system, **kwargs)
+    except SnlabError as error:
+        if error.field not in own:
+            raise
+        raise SnlabError(f"{role}_{error.field}", error.problem, error.allowed) from None
+
+
 def _disaggregated(model, system, w: Workload, ttft, tpot, dep: dict, prefill: dict, decode: dict, n_p, n_d,
                    level: str, attainment_level: float) -> LoadResult:
     x = whole_number("prefill_instances", n_p, 1, MAX_INSTANCES, f"a whole number from 1 to {MAX_INSTANCES:,}")
@@ -136,8 +147,8 @@ def _disaggregated(model, system, w: Workload, ttft, tpot, dep: dict, prefill: d
     one = share(w, g)                     # one unit of x/g prefill and y/g decode instances
     requests = one.sample()
     top = float(np.max(requests.prompt + requests.output))
-    p = instance(model, system, max_context=top, cache_tier=w.cache_tier, **{**dep, **prefill})
-    d = instance(model, system, max_context=top, **{**dep, **decode})
+    p = _role_instance("prefill", prefill, model, system, max_context=top, cache_tier=w.cache_tier, **{**dep, **prefill})
+    d = _role_instance("decode", decode, model, system, max_context=top, **{**dep, **decode})
     check_targets(ttft, tpot, p.one_token_pass_s, d.fastest_decode_s)
     link = kv_link(system, p.devices, d.devices, level, (x // g) * p.devices + (y // g) * d.devices)
     cached = np.floor(w.cache_hit_rate * requests.prompt)

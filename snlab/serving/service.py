@@ -30,6 +30,7 @@ from ..errors import SnlabError
 from ..hardware import hardware
 from ..presets import model as load_model
 from ..presets import system as load_system
+from ..units import fmt_bytes
 from ..walls import queueing as qw
 from ..walls import serving as sv
 from . import deployment as dp_
@@ -175,6 +176,12 @@ def _instance(model, system, max_context: float, cache_tier: str, key: tuple) ->
     w = step.weights(ss.base, dep, hw)
     place = step.placement(ss, dep, hw, w)
     kv_tokens, hbm_tokens = capacity_tokens(dep, hw, w, place)
+    room = float(hw.hbm_capacity - hw.memory_reserve - dep.engine_memory_bytes)
+    if float(w.per_device) > room:          # no KV cache at all: the plan, not the workload, is at fault
+        raise SnlabError("tp", f"weights need {fmt_bytes(float(w.per_device))} per device at tp={int(dep.tp)}, "
+                         f"pp={int(dep.pp)}, ep={int(dep.ep)}; {s.device.name} has {fmt_bytes(max(room, 0.0))} after "
+                         "the runtime's reserve and the engine's own memory",
+                         "a tp (or pp, or ep for experts) that splits the weights to fit, or a narrower weight_dtype")
     kv_per_device = float(place.kv_per_token / (dep.pp * place.shard))
     pool_tokens = float(np.floor(place.capacity["pool"] / kv_per_device) * dep.dp) if dep.kv_offload else 0.0
     limit = float(dep.max_sequences) if dep.max_sequences else MAX_IN_FLIGHT
