@@ -171,7 +171,7 @@ def test_the_engine_memory_flag_takes_a_size():
 @pytest.mark.parametrize("flags, field", [
     (["--requests", "3000"], "requests"), (["--max-sequences", "64"], "max_sequences"),
     (["--max-step-tokens", "4096"], "max_step_tokens"), (["--kv-fraction", "0.5"], "kv_fraction"),
-    (["--kv-block-tokens", "64"], "kv_block_tokens"),
+    (["--kv-block-tokens", "64"], "kv_block_tokens"), (["--engine-memory-bytes", "2GiB"], "engine_memory_bytes"),
     (["--scenario", "offline", "--requests", "100", "--batch", "8"], "batch"),
     (["--scenario", "offline", "--requests", "100", "--context", "100000"], "context"),
     (["--scenario", "offline", "--requests", "100", "--hbm-utilization", "0.5"], "hbm_utilization"),
@@ -202,3 +202,17 @@ def test_an_offline_tpot_target_picks_the_engine_s_limit():
     chosen = int(re.search(r"best max_sequences with mean time per output token <= 30ms: ([\d,]+)", out)
                  .group(1).replace(",", ""))
     assert re.search(rf"sequences in flight\s+{chosen:,} per replica", out), out
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--ttft-target", "1ms"], "ttft_target"), (["--tpot-target", "30ms", "--ttft-target", "1s"], "ttft_target"),
+    (["--cache-hit-rate", "0.5"], "cache_hit_rate"), (["--lengths", "sharegpt-distserve"], "lengths"),
+    (["--policy", "mixed"], "policy"), (["--instances", "2"], "instances"), (["--prefill-tp", "2"], "prefill_tp"),
+    (["--decode-instances", "2"], "decode_instances"), (["--kv-link", "scale-up"], "kv_link"),
+    (["--seed", "3"], "seed"), (["--arrival-scv", "2"], "arrival_scv"), (["--cache-tier", "hbm"], "cache_tier"),
+])
+def test_a_request_stream_s_flag_without_a_rate_is_an_error_not_ignored(flags, field):
+    proc = run("--model", "llama3-8b", "--system", "dgx-h100", "--prompt-len", "100", "--output-len", "100", *flags,
+               check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"snlab: error: {field}:"), proc.stderr
+    assert "without --rate" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -209,6 +209,10 @@ def run(args) -> int:
         for name in ("prompt_len", "output_len", "requests"):
             dep.pop(name, None)          # the workload's, read by the --rate family
         return load.run(args, dep)
+    for name in load.LOAD_FLAGS:
+        if name != "rate" and getattr(args, name) is not None:
+            raise SnlabError(name, f"got {getattr(args, name)!r} without --rate, the stream of requests it belongs to",
+                             "--rate R (requests per second), or leave it out")
     dep = deployment(args)
     systems = [s for s in args.system.split(",") if s] if args.system else []
     if not systems:

@@ -114,7 +114,8 @@ ALLOWED = dict(
 
 
 #: the fields only the offline scenario reads (its requests and the engine's limits)
-OFFLINE_ONLY = ("requests", "max_sequences", "max_step_tokens", "kv_fraction", "kv_block_tokens")
+OFFLINE_ONLY = ("requests", "max_sequences", "max_step_tokens", "kv_fraction", "kv_block_tokens",
+                "engine_memory_bytes")
 #: the fields the offline scenario does not read, and what it reads instead
 FIXED_ONLY = dict(hbm_utilization="kv_fraction sizes the offline run's KV cache",
                   pool_share="the offline run keeps its KV cache in HBM, as the engines do",
@@ -126,25 +127,26 @@ def check_scenario(deployment: dict) -> None:
     that it is not silently ignored: an offline field (:data:`OFFLINE_ONLY`) set away from
     its default in the fixed scenario, or ``batch`` in the offline one, whose engine picks
     the sequences in flight itself (``max_sequences`` bounds them)."""
-    scenario = deployment.get("scenario", "fixed")
+    given = {k: v for k, v in deployment.items() if v is not None and np.ndim(v) == 0}   # lists: their own error
+    scenario = given.get("scenario", "fixed")
     if scenario == "offline":
-        if deployment.get("batch") is not None:
-            raise SnlabError("batch", f"got {deployment['batch']!r} with scenario 'offline', which keeps as many "
+        if "batch" in given:
+            raise SnlabError("batch", f"got {given['batch']!r} with scenario 'offline', which keeps as many "
                              "sequences in flight as its engine limits and KV cache allow",
                              "no batch; max_sequences bounds the sequences in flight per replica")
-        if deployment.get("context") is not None:
-            raise SnlabError("context", f"got {deployment['context']!r} with scenario 'offline', whose sequences "
+        if "context" in given:
+            raise SnlabError("context", f"got {given['context']!r} with scenario 'offline', whose sequences "
                              "grow from their prompt to prompt + output", "no context; prompt_len and output_len")
         for name, instead in FIXED_ONLY.items():
-            if name in deployment and deployment[name] is not None and deployment[name] != DEFAULTS[name]:
-                raise SnlabError(name, f"got {deployment[name]!r} with scenario 'offline', which does not read it",
+            if name in given and given[name] != DEFAULTS[name]:
+                raise SnlabError(name, f"got {given[name]!r} with scenario 'offline', which does not read it",
                                  f"leave it out; {instead}")
         return
     if scenario != "fixed":             # a scenario that is neither: its own rule reports it
         return
     for name in OFFLINE_ONLY:
-        if name in deployment and deployment[name] is not None and deployment[name] != DEFAULTS[name]:
-            raise SnlabError(name, f"got {deployment[name]!r} with scenario 'fixed', which does not read it",
+        if name in given and given[name] != DEFAULTS[name]:
+            raise SnlabError(name, f"got {given[name]!r} with scenario 'fixed', which does not read it",
                              "scenario='offline' for a run of requests queued at once, or leave it out")
 
 
