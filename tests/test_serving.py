@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 import snlab
@@ -229,3 +230,18 @@ def test_an_offline_run_whose_weights_do_not_fit_says_so():
     assert not r.fits and r.reason.startswith("weights need 141 GB per device")
     df = serve_sweep("llama3-70b", "dgx-h100", tp=[1, 2], **kw)
     assert df.reason.tolist() == ["weights do not fit in HBM", "ok"] and df.fits.tolist() == [False, True]
+
+
+def test_the_best_batch_is_the_best_of_every_batch():
+    # a step's time jumps where its batch passes a captured graph (256 to 257 here): the search
+    # finds the batch an exhaustive sweep does
+    dep = dict(tp=8, prompt_len=1024, output_len=512)
+    best = serve_best("llama3-70b", "dgx-h100", tpot_target=0.03, **dep)
+    df = serve_sweep("llama3-70b", "dgx-h100", batch=np.arange(1, 1025), **dep)
+    ok = df[(df.tpot_s <= 0.03) & df.fits & df.valid]
+    assert best.deployment["batch"] == ok.batch.iloc[int(np.argmax(ok.decode_tokens_per_s_per_device.values))] == 256
+    moe = dict(tp=2, ep=2, prompt_len=1024, output_len=512)
+    best = serve_best("mixtral-8x7b", "dgx-h100", tpot_target=0.03, **moe)
+    df = serve_sweep("mixtral-8x7b", "dgx-h100", batch=np.arange(1, 2049), **moe)
+    ok = df[(df.tpot_s <= 0.03) & df.fits & df.valid]
+    assert best.decode_tokens_per_s_per_device == pytest.approx(ok.decode_tokens_per_s_per_device.max())

@@ -20,6 +20,7 @@ from ..presets import system as load_system
 from ..specs import Model, System
 from ..units import parse_quantity
 from . import deployment as dp_
+from . import engine as _engine
 from .result import ServeResult
 from .step import KV_LOCATIONS, serve_columns
 
@@ -418,19 +419,27 @@ def serve_sweep(model, system, *, cooling=None, pue=None, prices=None, **axes):
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
+def _whole(batches, unit, top) -> np.ndarray:
+    """Distinct whole multiples of ``unit`` from ``unit`` to ``top`` (at least ``unit``),
+    rounded from ``batches``."""
+    return np.unique(np.clip(np.round(np.asarray(batches, dtype=float) / unit), 1, max(top // unit, 1)) * unit)
+
+
 def serve_best(model, system, *, tpot_target: float, max_batch: int | None = None, cooling=None, pue=None,
                prices=None, **deployment) -> ServeResult:
     """The batch with the most decode tokens per second per device whose time per
     output token stays within ``tpot_target`` [s] and whose KV cache fits.
 
     Candidates are multiples of ``dp`` from ``dp`` up to ``max_batch`` (default: the
-    largest batch that fits with every memory tier), with the largest that fits in HBM
-    alone among them (beyond it the pool's lenders count against throughput). In the
-    offline scenario, whose engine picks its own batch, the candidates are its limit
-    ``max_sequences`` instead, from 1 to the sequences its KV cache holds (or
-    ``max_batch``), and the best is the one with the most output tokens per second whose
-    mean time per output token meets the target: the max_batch_size one tunes an engine
-    with for a latency target. Raises :class:`SnlabError` naming ``tpot_target`` when no
+    largest batch that fits with every memory tier): 400 spaced geometrically, the largest
+    that fits in HBM alone (beyond it the pool's lenders count against throughput) and the
+    engine's captured graph sizes (where a step's padding ends), then every multiple between
+    the best one's neighbours. In the offline scenario, whose engine picks its own batch,
+    the candidates are its limit ``max_sequences`` instead (multiples of ``pp``), from 1 to
+    the sequences its KV cache holds (or ``max_batch``), with the limits that split the
+    requests into whole waves, and the best is the one with the most output tokens per
+    second whose mean time per output token meets the target: the max_batch_size one tunes
+    an engine with for a latency target. Raises :class:`SnlabError` naming ``tpot_target`` when no
     candidate meets it. ``cooling``, ``pue`` and ``prices`` as in :func:`serve`.
     """
     from ..training.planner import power_options
@@ -448,27 +457,40 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
             raise SnlabError("max_sequences", f"got {deployment['max_sequences']!r} with a tpot_target, which picks it",
                              "no max_sequences; max_batch bounds the candidates")
         first = serve(m, s, **deployment)
-        top = int(max_batch) if max_batch else max(int(first.offline["kv_sequences"]), 1)
-        candidates = np.unique(np.round(np.geomspace(1, top, 400)))
-        g, hw, broken, out = evaluate(m, s, {**deployment, "max_sequences": candidates})
-        tpot, rate = out["offline_tpot_s"], out["offline_tokens_per_s_per_device"]
+        unit, field = first.deployment["pp"], "max_sequences"     # a whole micro-batch per stage
+        top = max(int(max_batch) if max_batch else int(first.offline["kv_sequences"]), 1)
+        # and the limits that split the requests into whole waves, where a run's last wave is full
+        per_replica = np.ceil(first.deployment["requests"] / first.deployment["dp"])
+        coarse = np.concatenate([np.geomspace(1, top, 400), np.ceil(per_replica / np.arange(1, 2049))])
     else:
         deployment.pop("batch", None)
         first = serve(m, s, **deployment, batch=deployment.get("dp", 1))
-        dp = first.deployment["dp"]
-        top = int(max_batch) if max_batch else max(first.limits["max_batch"], dp)
-        in_hbm = min(max(first.limits["max_batch_hbm"] // dp, 1), max(top // dp, 1))
-        per = np.unique(np.round(np.concatenate([np.geomspace(1, max(top // dp, 1), 400),
-                                                 np.geomspace(1, in_hbm, 100), [in_hbm]])))
-        candidates = per * dp
-        g, hw, broken, out = evaluate(m, s, {**deployment, "batch": candidates})
-        tpot, rate = out["tpot_s"], out["decode_tokens_per_s_per_device"]
-    ok = (broken < 0) & out["fits"].astype(bool) & (tpot <= tpot_target)
-    if not ok.any():
-        fastest = np.nanmin(np.where(broken < 0, tpot, np.nan))
-        raise SnlabError("tpot_target", f"no {'max_sequences' if offline else 'batch'} meets "
-                         f"{tpot_target * 1e3:.3g} ms; the fastest step gives "
+        unit, field = first.deployment["dp"], "batch"
+        top = int(max_batch) if max_batch else max(first.limits["max_batch"], unit)
+        in_hbm = min(max(first.limits["max_batch_hbm"] // unit, 1), max(top // unit, 1))
+        coarse = np.concatenate([np.geomspace(1, max(top // unit, 1), 400) * unit,
+                                 np.geomspace(1, in_hbm, 100) * unit, [in_hbm * unit]])
+    # the captured graphs' sizes, where a step's padding ends, then every whole candidate
+    # between the best one's neighbours
+    graphs = _engine.CAPTURED_BATCHES * unit * (1 if offline else first.deployment["microbatches"])
+    candidates = _whole(np.concatenate([coarse, graphs]), unit, top)
+
+    def score(batches):
+        g, hw, broken, out = evaluate(m, s, {**deployment, field: batches})
+        tpot = out["offline_tpot_s"] if offline else out["tpot_s"]
+        rate = out["offline_tokens_per_s_per_device"] if offline else out["decode_tokens_per_s_per_device"]
+        ok = (broken < 0) & out["fits"].astype(bool) & (tpot <= tpot_target)
+        return np.where(ok, rate, -np.inf), np.where(broken < 0, tpot, np.nan)
+
+    rate, tpot = score(candidates)
+    if not np.isfinite(rate).any():
+        fastest = np.nanmin(tpot)
+        raise SnlabError("tpot_target", f"no {field} meets {tpot_target * 1e3:.3g} ms; the fastest step gives "
                          f"{fastest * 1e3:.3g} ms per output token", f"a target above {fastest * 1e3:.3g} ms")
-    best = int(candidates[int(np.nanargmax(np.where(ok, rate, -np.inf)))])
-    chosen = {"max_sequences": best} if offline else {"batch": best}
+    k = int(np.argmax(rate))
+    low, high = candidates[max(k - 1, 0)], candidates[min(k + 1, len(candidates) - 1)]
+    fine = _whole(np.arange(low, high + unit, max(unit, np.ceil((high - low) / unit / 2048) * unit)), unit, top)
+    fine_rate, _ = score(fine)
+    best = int(fine[int(np.argmax(fine_rate))] if fine_rate.max() > rate[k] else candidates[k])
+    chosen = {field: best}
     return serve(m, s, pue=pue, prices=prices, **deployment, **chosen)
