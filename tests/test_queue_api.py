@@ -177,3 +177,17 @@ def test_a_plan_whose_weights_do_not_fit_names_its_tensor_parallel_degree():
     # a shared field stays the shared one's
     with pytest.raises(SnlabError, match=r"^tp: broken rule: tp=3"):
         serve_load("llama3-70b", "dgx-h100", rate=5, prompt_len=1024, output_len=256, tp=3, prefill={}, decode={})
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(rate=1, outputs=[1] * 999), r"^prompts: missing beside outputs"),
+    (dict(rate=1, prompts=[10] * 999, outputs=[5] * 999), r"^prompts: got 999 values for 1,000 requests"),
+    (dict(rate=1, prompts=[0] * 1000, outputs=[5] * 1000), r"^prompts: got 0\.0 at position 0 "),
+    (dict(rate=1, prompts=[10] * 1000, outputs=[5] * 999 + [5.5]), r"^outputs: got 5\.5 at position 999 "),
+    (dict(rate=1, prompts=["a"] * 1000, outputs=[5] * 1000), r"^prompts: not a list of numbers"),
+    (dict(arrival="trace", times_s=[1, -5, 2], prompt_len=10, output_len=10), r"^times_s: got -5\.0 at position 1 "),
+    (dict(arrival="trace", prompt_len=10, output_len=10), r"^times_s: missing"),
+])
+def test_a_bad_per_request_list_says_which_value_is_wrong(kw, message):
+    with pytest.raises(SnlabError, match=message):
+        serve_load("llama3-8b", "dgx-h100", **kw)

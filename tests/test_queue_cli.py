@@ -54,3 +54,12 @@ def test_bad_workloads_get_one_line_naming_the_field():
         code, out, err = _run(*args, "--system", "dgx-h100", *extra)
         assert code == 2 and err.startswith(f"snlab: error: {field}:"), (extra, err)
         assert len(err.strip().splitlines()) == 1
+
+
+def test_a_bad_kv_link_names_the_flag():
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "snlab", "serve", "--model", "llama3-8b", "--system", "dgx-h100",
+                           "--prompt-len", "100", "--output-len", "100", "--rate", "2", "--kv-link", "foo"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("snlab: error: kv_link: got 'foo'"), proc.stderr

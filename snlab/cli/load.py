@@ -115,8 +115,13 @@ def _runs(args, system: str, work: dict, targets: dict, deployment: dict) -> lis
     d_tp = count("decode_tp", args.decode_tp) if args.decode_tp else tp
     x = count("prefill_instances", args.prefill_instances) if args.prefill_instances else 1
     y = count("decode_instances", args.decode_instances) if args.decode_instances else 1
-    split = serve_load(args.model, system, **work, **targets, **plan, prefill=dict(tp=p_tp), decode=dict(tp=d_tp),
-                       prefill_instances=x, decode_instances=y, kv_link_level=args.kv_link or "auto")
+    try:
+        split = serve_load(args.model, system, **work, **targets, **plan, prefill=dict(tp=p_tp), decode=dict(tp=d_tp),
+                           prefill_instances=x, decode_instances=y, kv_link_level=args.kv_link or "auto")
+    except SnlabError as error:         # the API's kv_link_level is this command's --kv-link
+        if error.field != "kv_link_level":
+            raise
+        raise SnlabError("kv_link", error.problem, error.allowed) from None
     return [colocated, split]
 
 

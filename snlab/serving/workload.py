@@ -254,21 +254,43 @@ def workload(rate=None, *, prompt_len=None, output_len=None, lengths: str = "fix
 
 
 def _times(times_s) -> tuple:
-    values = np.asarray(times_s, dtype=float) if times_s is not None else np.empty(0)
-    if values.ndim != 1 or not 1 <= values.size <= MAX_REQUESTS or not np.all(np.isfinite(values)) \
-            or np.any(values < 0):
-        raise SnlabError("times_s", f"got {values.size} values" if values.ndim == 1 else "not a list",
-                         f"a list of 1 to {MAX_REQUESTS:,} arrival times >= 0 [s]")
+    allowed = f"a list of 1 to {MAX_REQUESTS:,} arrival times >= 0 [s]"
+    if times_s is None:
+        raise SnlabError("times_s", "missing for arrival 'trace'", allowed)
+    values = _listed("times_s", times_s, allowed)
+    if not 1 <= values.size <= MAX_REQUESTS:
+        raise SnlabError("times_s", f"got {values.size:,} values", allowed)
+    _first_bad("times_s", values, np.isfinite(values) & (values >= 0), allowed)
     return tuple(np.sort(values).tolist())
 
 
 def _per_request(name: str, values, n: int) -> tuple:
-    out = np.asarray(values if values is not None else [], dtype=float)
-    if out.ndim != 1 or out.size != n or not np.all(np.isfinite(out)) or np.any(out < 1) \
-            or np.any(out != np.round(out)) or np.any(out > MAX_TOKENS):
-        raise SnlabError(name, f"got {out.size} values" if out.ndim == 1 else "not a list",
-                         f"one whole number of tokens from 1 to {MAX_TOKENS:,} per request ({n:,})")
+    allowed = f"one whole number of tokens from 1 to {MAX_TOKENS:,} per request ({n:,})"
+    if values is None:
+        raise SnlabError(name, "missing beside " + ("outputs" if name == "prompts" else "prompts"), allowed)
+    out = _listed(name, values, allowed)
+    if out.size != n:
+        raise SnlabError(name, f"got {out.size:,} values for {n:,} requests", allowed)
+    _first_bad(name, out, np.isfinite(out) & (out >= 1) & (out == np.round(out)) & (out <= MAX_TOKENS), allowed)
     return tuple(out.tolist())
+
+
+def _listed(name: str, values, allowed: str) -> np.ndarray:
+    """``values`` as a one-dimensional float array, or an error naming ``name``."""
+    try:
+        out = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise SnlabError(name, "not a list of numbers", allowed) from None
+    if out.ndim != 1:
+        raise SnlabError(name, "not a list", allowed)
+    return out
+
+
+def _first_bad(name: str, values: np.ndarray, good: np.ndarray, allowed: str) -> None:
+    """An error naming the first of ``values`` that is not ``good``, and where it is."""
+    if not good.all():
+        i = int(np.argmin(good))
+        raise SnlabError(name, f"got {show(values[i])} at position {i:,}", allowed)
 
 
 def trace_table():
