@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from snlab.presets.loader import names
 
 BASE = ["serve", "--model", "llama3-8b", "--prompt-len", "500", "--output-len", "50", "--requests", "100"]
@@ -57,9 +59,22 @@ def test_bad_workloads_get_one_line_naming_the_field():
 
 
 def test_a_bad_kv_link_names_the_flag():
-    import subprocess
-    import sys
     proc = subprocess.run([sys.executable, "-m", "snlab", "serve", "--model", "llama3-8b", "--system", "dgx-h100",
                            "--prompt-len", "100", "--output-len", "100", "--rate", "2", "--kv-link", "foo"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("snlab: error: kv_link: got 'foo'"), proc.stderr
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--instances", "foo"], "instances"), (["--instances", "1e9"], "instances"),
+    (["--tpot-target", "1e400"], "tpot_target"), (["--tpot-target", "1e12"], "tpot_target"),
+    (["--ttft-target", "-1"], "ttft_target"),
+])
+def test_a_flag_s_range_reads_the_same_whatever_breaks_it(flags, field):
+    proc = subprocess.run([sys.executable, "-m", "snlab", "serve", "--model", "llama3-8b", "--system", "dgx-h100",
+                           "--prompt-len", "100", "--output-len", "100", "--rate", "2", *flags],
+                          capture_output=True, text=True)
+    allowed = {"instances": "a whole number from 1 to 100,000",
+               "tpot_target": "a time > 0 and at most an hour", "ttft_target": "a time > 0 and at most an hour"}
+    assert proc.returncode == 2 and proc.stderr.startswith(f"snlab: error: {field}:"), proc.stderr
+    assert f"(allowed: {allowed[field]}" in proc.stderr

@@ -71,6 +71,17 @@ def seconds(field: str, text: str) -> float:
     return value
 
 
+def target(field: str, text: str) -> float:
+    """A latency target from text, as :func:`seconds` reads it: more than 0, at most an hour."""
+    try:
+        value = seconds(field, text)
+    except SnlabError:
+        value = math.inf
+    if not value <= 3600:
+        raise SnlabError(field, f"got {text!r}", "a time > 0 and at most an hour, e.g. 0.05 or 50ms")
+    return value
+
+
 def integer_flag(field: str, low: int = 1, high: float = MAX_COUNT):
     """An argparse type for a whole number from ``low`` to ``high`` whose errors name ``field``."""
     def parse(text: str) -> int:

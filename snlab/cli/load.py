@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import SnlabError
 from ..serving.workload import CACHE_TIERS, LENGTHS, MAX_REQUESTS, MAX_TOKENS
 from ..units import fmt_seconds
-from .common import count, number, print_json, seconds
+from .common import count, number, print_json, target
 
 #: the --rate family: flag -> (kind, help)
 LOAD_FLAGS = {
@@ -74,7 +74,7 @@ def _workload(args) -> dict:
 
 
 def _targets(args) -> dict:
-    return {name: seconds(name, getattr(args, name)) for name in ("ttft_target", "tpot_target")
+    return {name: target(name, getattr(args, name)) for name in ("ttft_target", "tpot_target")
             if getattr(args, name) is not None}
 
 
@@ -105,16 +105,16 @@ def run(args, deployment: dict) -> int:
 
 
 def _runs(args, system: str, work: dict, targets: dict, deployment: dict) -> list:
-    from ..serving.load import serve_load
+    from ..serving.load import MAX_INSTANCES, serve_load
     policy = args.policy or "chunked"
-    n = count("instances", args.instances) if args.instances else 1
+    n = count("instances", args.instances, high=MAX_INSTANCES) if args.instances else 1
     colocated = serve_load(args.model, system, **work, **targets, **deployment, policy=policy, instances=n)
     tp = deployment.get("tp", 1)
     plan = {k: v for k, v in deployment.items() if k != "tp"}
     p_tp = count("prefill_tp", args.prefill_tp) if args.prefill_tp else tp
     d_tp = count("decode_tp", args.decode_tp) if args.decode_tp else tp
-    x = count("prefill_instances", args.prefill_instances) if args.prefill_instances else 1
-    y = count("decode_instances", args.decode_instances) if args.decode_instances else 1
+    x = count("prefill_instances", args.prefill_instances, high=MAX_INSTANCES) if args.prefill_instances else 1
+    y = count("decode_instances", args.decode_instances, high=MAX_INSTANCES) if args.decode_instances else 1
     try:
         split = serve_load(args.model, system, **work, **targets, **plan, prefill=dict(tp=p_tp), decode=dict(tp=d_tp),
                            prefill_instances=x, decode_instances=y, kv_link_level=args.kv_link or "auto")

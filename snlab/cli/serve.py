@@ -14,7 +14,7 @@ from ..serving.deployment import MAX_ENGINE_MEMORY, MAX_REQUESTS
 from ..serving.planner import MAX_COUNT, MAX_DEGREE, MAX_DRAFT_TOKENS
 from . import power_flags
 from . import load
-from .common import count, number, print_json, seconds, side_by_side
+from .common import count, number, print_json, seconds, side_by_side, target
 
 #: flag -> (kind, help); kinds: "int" (whole number >= 1, k/M suffixes), "int0" (>= 0),
 #: "fraction" (in [0, 1]), "bytes" (a size, e.g. 4.5GiB), "str"
@@ -146,7 +146,7 @@ def _evaluate(args, system: str, dep: dict):
     from ..serving import serve, serve_best
     power = power_flags.options(args)
     if args.tpot_target is not None:
-        return serve_best(args.model, system, tpot_target=seconds("tpot_target", args.tpot_target), **dep, **power)
+        return serve_best(args.model, system, tpot_target=target("tpot_target", args.tpot_target), **dep, **power)
     return serve(args.model, system, **dep, **power)
 
 
@@ -222,7 +222,7 @@ def run(args) -> int:
         out = [r.to_dict() for r in results]
         if args.tpot_target is not None:
             for o in out:
-                o["tpot_target_s"] = seconds("tpot_target", args.tpot_target)
+                o["tpot_target_s"] = target("tpot_target", args.tpot_target)
         print_json(out[0] if len(out) == 1 else {"systems": out})
         return 0
     if len(results) == 1:

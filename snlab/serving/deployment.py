@@ -218,7 +218,7 @@ RULES = (
     ("hbm_utilization", "hbm_utilization must be a fraction in (0, 1]"),
     ("pool_share", "pool_share must be a fraction in [0, 1]"),
     ("ep_overlap", "ep_overlap must be a fraction in [0, 1]"),
-    ("devices", "tp x pp x dp exceeds the system's devices"),
+    ("devices", "tp x pp x dp must be at most the system's devices"),
     ("expert_imbalance", "expert_imbalance must be a factor from 1 to 64"),
     ("requests", "the offline scenario needs requests, a whole number from 1 to 1,000,000,000"),
     ("kv_fraction", "kv_fraction must be a fraction in (0, 1]"),
