@@ -197,3 +197,12 @@ def test_replace_validates():
     with pytest.raises(SnlabError, match="no such field"):
         snlab.device("h100-sxm-80gb").replace(hbm_bandwith=1.0)
     assert math.isclose(snlab.system("dgx-h100").replace(scale_out_bandwidth=1e11).scale_out.bandwidth, 1e11)
+
+
+def test_a_path_to_no_file_says_so(tmp_path):
+    missing = tmp_path / "mine.toml"
+    with pytest.raises(SnlabError, match=rf"^model: no file '{re.escape(str(missing))}'") as error:
+        snlab.model(str(missing))
+    assert not isinstance(error.value, UnknownPresetError)
+    with pytest.raises(UnknownPresetError, match="unknown system preset 'dgx-h1000'"):
+        snlab.system("dgx-h1000")

@@ -455,6 +455,9 @@ def _load(kind: str, spec: PresetLike, depth: int):
             raise UnknownPresetError(kind, text, names(kind))
     path = Path(text)
     if not path.exists():
+        if looks_like_path(text):
+            raise SnlabError(kind, f"no file {text!r}", f"a path to a readable .toml file, or a {kind} preset name "
+                             f"({', '.join(names(kind))})")
         raise UnknownPresetError(kind, text, names(kind))
     obj = _build(read_toml(path, text), path.name, path.parent, depth)
     if obj.kind != kind:
