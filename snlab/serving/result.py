@@ -107,25 +107,7 @@ class ServeResult(Result):
                    output_dist=OUTPUT_DISTS[int(g["output_dist"])])
         location = KV_LOCATIONS[int(row["kv_location"])]
         by_tier = {t: row[f"kv_{t}_bytes_per_device"] for t in KV_TIERS}
-        if not row["fits_weights"] and dep["scenario"] == "offline":
-            room = max(system.device.hbm_capacity - system.device.memory_reserve - g["engine_memory_bytes"], 0.0)
-            reason = (f"weights need {fmt_bytes(row['weights_bytes_per_device'])} per device; "
-                      f"{system.device.name} has {fmt_bytes(room)} after the runtime's reserve and the engine's "
-                      f"{fmt_bytes(g['engine_memory_bytes'])} (engine_memory_bytes)")
-        elif not row["fits_weights"]:
-            reason = (f"weights need {fmt_bytes(row['weights_bytes_per_device'])} per device; "
-                      f"{system.device.name} offers {fmt_bytes(g['hbm_utilization'] * system.device.hbm_capacity)} "
-                      f"({g['hbm_utilization']:.0%} of HBM)")
-        elif not row["fits"]:
-            reason = (f"KV cache needs {fmt_bytes(row['kv_cache_bytes_per_device'])} per device; "
-                      f"{fmt_bytes(row['kv_unplaced_bytes_per_device'])} finds no room in any tier")
-            if dep["scenario"] == "offline":   # the engine sizes its cache in HBM only
-                reason += (f" (the offline run keeps it in HBM: kv_fraction {g['kv_fraction']:g} of what the "
-                           f"weights, the runtime's reserve and the engine's "
-                           f"{fmt_bytes(g['engine_memory_bytes'])} (engine_memory_bytes) leave)")
-        else:
-            used = [f"{fmt_bytes(v)} {t}" for t, v in by_tier.items() if v > 0]
-            reason = "KV cache in " + (", ".join(used) if used else "HBM (empty)")
+        reason = _reason(system, g, row, by_tier, dep["scenario"] == "offline")
         walls = {w: row[f"wall_{w}_s"] for w in _WALLS}
         limited = "memory" if not row["fits"] else max(walls, key=walls.get)
         time_s = {p: row[f"time_{p}_s"] for p in _TIME_PARTS}
@@ -256,3 +238,27 @@ class ServeResult(Result):
 
     def headline(self) -> str:
         return f"{self.model} on {self.system}, {self.devices} devices: {self.deployment_text()}"
+
+
+def _reason(system: System, g: dict, row: dict, by_tier: dict, offline: bool) -> str:
+    """Why a deployment fits or does not: the weights, the KV cache, or where it lives."""
+    if not row["fits_weights"] and offline:
+        room = max(system.device.hbm_capacity - system.device.memory_reserve - g["engine_memory_bytes"], 0.0)
+        reason = (f"weights need {fmt_bytes(row['weights_bytes_per_device'])} per device; "
+                  f"{system.device.name} has {fmt_bytes(room)} after the runtime's reserve and the engine's "
+                  f"{fmt_bytes(g['engine_memory_bytes'])} (engine_memory_bytes)")
+    elif not row["fits_weights"]:
+        reason = (f"weights need {fmt_bytes(row['weights_bytes_per_device'])} per device; "
+                  f"{system.device.name} offers {fmt_bytes(g['hbm_utilization'] * system.device.hbm_capacity)} "
+                  f"({g['hbm_utilization']:.0%} of HBM)")
+    elif not row["fits"]:
+        reason = (f"KV cache needs {fmt_bytes(row['kv_cache_bytes_per_device'])} per device; "
+                  f"{fmt_bytes(row['kv_unplaced_bytes_per_device'])} finds no room in any tier")
+        if offline:   # the engine sizes its cache in HBM only
+            reason += (f" (the offline run keeps it in HBM: kv_fraction {g['kv_fraction']:g} of what the "
+                       f"weights, the runtime's reserve and the engine's "
+                       f"{fmt_bytes(g['engine_memory_bytes'])} (engine_memory_bytes) leave)")
+    else:
+        used = [f"{fmt_bytes(v)} {t}" for t, v in by_tier.items() if v > 0]
+        reason = "KV cache in " + (", ".join(used) if used else "HBM (empty)")
+    return reason
