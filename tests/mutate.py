@@ -133,8 +133,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("snlab/serving/step.py", "expert_ffn=float(model.moe.expert_ffn_hidden_size if model.moe else 0)",
      "constant 0 -> 1"): "the expert width of a dense model, which has no routed expert to size",
     ("snlab/serving/offline.py", "return dep.kv_fraction * np.maximum(free, 0.0)", "constant 0.0 -> 1"): _BYTE,
-    ("snlab/serving/step.py", "utilization = (kv_memory + w.per_device) / maximum(hw.hbm_capacity, 1.0)",
+    ("snlab/serving/step.py", "utilization = used / maximum(hw.hbm_capacity, 1.0)",
      "constant 1.0 -> 2"): "guards a division by a device with no HBM; every device has gigabytes",
+    ("snlab/serving/step.py", "used = where(w.per_device <= room, kv_memory + w.per_device, maximum(room, 0.0))",
+     "constant 0.0 -> 1"): _BYTE,
     ("snlab/serving/queueing.py", "self.counter = 0", "constant 0 -> 1"):
         "the counter's origin: a request's finish and its context are offsets from the counter when it joined",
     ("snlab/serving/queueing.py", "math.ceil(left / self.svc.tokens_per_step - 1e-9)", "constant 1e-09 -> 2e-09"):

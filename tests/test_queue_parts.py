@@ -461,3 +461,14 @@ def test_speculative_contexts_of_sequences_that_join_later():
 def test_a_prefill_first_instance_idles_until_the_next_request():
     run = queueing.run_instance(toy(), reqs([0.0, 1.0], [100, 100], [2, 2]), "prefill-first")
     assert run.first[1] == pytest.approx(1.0 + P(100, 50)) and run.end == pytest.approx(1.0 + P(100, 50) + D(1, 101))
+
+
+def test_an_instance_whose_weights_leave_no_room_names_its_plan():
+    from snlab.serving.service import instance
+    # 16 GB of Llama 3 8B beside an engine keeping 70 GB of an H100's 85.9 GB, or more than all of it
+    with pytest.raises(SnlabError, match=r"^tp: weights need 16.1 GB per device at tp=1, pp=1, ep=1; "
+                                         r"h100-sxm-80gb has 14.4 GB after"):
+        instance("llama3-8b", "dgx-h100", max_context=2048, engine_memory_bytes=70e9)
+    with pytest.raises(SnlabError, match=r"h100-sxm-80gb has 0 B after"):
+        instance("llama3-8b", "dgx-h100", max_context=2048, engine_memory_bytes=90e9)
+    assert instance("llama3-8b", "dgx-h100", max_context=2048, engine_memory_bytes=60e9).kv_tokens > 0

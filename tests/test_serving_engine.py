@@ -523,6 +523,9 @@ def test_the_offline_engine_limits():
     drafts = off.offline(offline_deployment(max_step_tokens=64, requests=500), HW, w.per_device,
                          place.kv_per_token, place.shard, lambda d: 1e-3, lambda d: 0.01, 2.0, SS.checkpoint)
     assert drafts.step_tokens == 64 and drafts.batch == 32        # two tokens a sequence verifies
+    lone = off.offline(offline_deployment(max_step_tokens=1, requests=500), HW, w.per_device, place.kv_per_token,
+                       place.shard, lambda d: 1e-3, lambda d: 0.01, 1.0, SS.checkpoint)
+    assert lone.step_tokens == 1 and lone.batch == 1              # a one-token budget decodes one sequence
     # left to trtllm-bench, a step still holds every sequence's tokens
     held = off.offline(offline_deployment(requests=500), HW, w.per_device, place.kv_per_token, place.shard,
                        lambda d: 1e-3, lambda d: 0.01, 64.0, SS.checkpoint)
@@ -627,3 +630,18 @@ def test_a_step_budget_holds_one_micro_batch_of_the_sequences():
     assert run.offline["step_tokens"] == 51 and run.offline["max_batch_size"] == 51
     with pytest.raises(snlab.SnlabError, match="max_step_tokens"):
         snlab.serve("llama3-70b", "dgx-h100", max_step_tokens=50, **kw)
+
+
+def test_offline_weights_fit_beside_the_reserve_and_the_engine_s_memory():
+    # 16 GB of Llama 3 8B beside an engine that keeps 70 GB: an H100's 85.9 GB less its reserve and the
+    # engine's memory leaves 14.4 GB, too little for the weights though HBM holds both
+    kw = dict(scenario="offline", requests=10, prompt_len=1024, output_len=256)
+    big = snlab.serve("llama3-8b", "dgx-h100", engine_memory_bytes=70e9, **kw)
+    assert not big.fits and big.reason.startswith("weights need 16.1 GB per device; h100-sxm-80gb has 14.4 GB after")
+    assert snlab.serve("llama3-8b", "dgx-h100", engine_memory_bytes=60e9, **kw).fits
+    # the same on the bare chain: 1.65 GB of weights a device; 40 GB less its 9.66 GB reserve and an
+    # engine of 29.5 GB leave 0.84 GB, of 27 GB 3.34 GB
+    model = snlab.model("megatron-1.7b")
+    for engine, fit in ((29.5e9, False), (27e9, True)):
+        out = S.serve_columns(model, offline_deployment(engine_memory_bytes=engine), HW)
+        assert bool(out["fits_weights"]) is fit and bool(out["fits"]) is fit
