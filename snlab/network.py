@@ -405,7 +405,16 @@ def with_slice(hw: Hardware, devices, dims=None) -> Hardware:
     if dims is None:
         dims = topo.auto_slice(int(devices), top)
     x, y, z = (tuple(dims) + (1, 1))[:3]
-    return hw.replace(slice_x=float(x), slice_y=float(y), slice_z=float(z), scale_up_domain_size=float(x * y * z))
+    return _sliced(hw, float(x), float(y), float(z))
+
+
+def _sliced(hw: Hardware, x, y, z) -> Hardware:
+    """``hw`` on a slice of ``x`` by ``y`` by ``z`` devices, the job's scale-up domain; the
+    whole domain's switches and optics (``switch_power``) stay the whole domain's, so a
+    device's share of them does not grow as the slice shrinks."""
+    size = x * y * z
+    return hw.replace(slice_x=x, slice_y=y, slice_z=z, scale_up_domain_size=size,
+                      switch_power=hw.switch_power * size / np.maximum(hw.scale_up_domain_size, 1.0))
 
 
 def placed(system, hw: Hardware, devices, given=None) -> Hardware:
@@ -423,7 +432,7 @@ def placed(system, hw: Hardware, devices, given=None) -> Hardware:
     if given is None and not top.reconfigurable:
         return hw
     X, Y, Z = topo.slice_columns(top, devices, given)
-    return hw.replace(slice_x=X, slice_y=Y, slice_z=Z, scale_up_domain_size=X * Y * Z)
+    return _sliced(hw, X, Y, Z)
 
 
 @dataclass(frozen=True)
@@ -484,6 +493,7 @@ def collective(system, op: str, message_bytes: float, devices: int, *, stride: i
         if top.kind != "torus":
             raise SnlabError("slice", f"{s.name} is a {top.describe()}", "no slice: only a torus takes one")
         dims = topo.parse_slice(slice, top)
+        topo.check_slice(dims, int(devices) * int(stride))     # one slice, or several equal ones
     hw = with_slice(hw, devices * stride, dims)
     S, n, k = np.asarray(float(message_bytes)), np.asarray(float(devices)), np.asarray(float(stride))
     if algorithm == "one-shot":

@@ -314,3 +314,11 @@ def test_the_example_prices_carry_their_date_and_source_and_say_they_are_example
         assert energy.example_prices(name, rent=False).capex > 0
     with pytest.raises(SnlabError, match="no example rent for ascend-910c"):
         energy.example_prices("cloudmatrix384", rent=True)
+
+
+
+@pytest.mark.parametrize("bad", [5, True, 2.5, [1, 2], b"x"])
+def test_prices_that_are_no_mapping_name_the_field(bad):
+    for call in (snlab.train, snlab.sweep):
+        with pytest.raises(SnlabError, match=r"^prices: got "):
+            call("llama3-70b", "dgx-h100", tp=8, pp=4, dp=2, global_batch=64, prices=bad)

@@ -710,3 +710,20 @@ def test_divisors_are_every_divisor_once_in_order():
     for n in [*range(1, 200), 384, 4096, 9216, -12]:
         assert divisors(n) == [d for d in range(1, abs(n) + 1) if n % d == 0], n
     assert divisors(0) == []
+
+
+def test_a_slice_of_a_pod_pays_its_share_of_the_pod_s_switches():
+    # a job on 8 or 64 of the 9,216 chips of a TPU7x pod: each chip carries a quarter of its
+    # host, 1/9,216 of the pod's optical switches and optics, and its own network share
+    pod = snlab.system("tpu7x-pod")
+    share = pod.power.host_power / 4 + pod.power.switch_power / 9216 + pod.power.network_power
+    for dp in (8, 64):
+        r = snlab.train("llama3-8b", "tpu7x-pod", tp=1, dp=dp, global_batch=64)
+        assert r.it_power_w / dp - r.device_power_w == pytest.approx(share)
+
+
+def test_a_collective_s_slice_holds_its_devices_as_a_training_plan_s_does():
+    with pytest.raises(snlab.SnlabError, match=r"^slice: 3x3x3 holds 27 devices; the job has 64"):
+        snlab.collective("tpu-v5p-pod", "all-reduce", 1e9, 64, slice="3x3x3")
+    # two slices of 32: the rest of the all-reduce crosses the scale-out network
+    assert snlab.collective("tpu-v5p-pod", "all-reduce", 1e9, 64, slice="4x4x2").time_s > 0
