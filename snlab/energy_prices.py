@@ -8,6 +8,7 @@ start from, not quotes.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import SnlabError
@@ -69,6 +70,10 @@ def prices(spec=None, **given) -> Prices | None:
                              "device_hour, capex, years, kwh, utilisation, or a snlab.energy.Prices")
         system = given.pop("system")
         return example_prices(system, rent={"example-rent": True, "example-purchase": False}.get(spec), **given)
+    if spec is not None and not isinstance(spec, Mapping):
+        raise SnlabError("prices", f"got {type(spec).__name__} {spec!r}", "'example', 'example-rent', "
+                         "'example-purchase', a mapping of device_hour, capex, years, kwh, utilisation, or a "
+                         "snlab.energy.Prices")
     fields = dict(spec or {}, **given)
     bad = [k for k in fields if k not in Prices.__dataclass_fields__]
     if bad:

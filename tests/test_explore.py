@@ -445,3 +445,18 @@ def test_a_grid_of_more_than_32_dimensions_explores_and_sweeps():
     assert result.rows == len(frame) == 2 ** 11
     best = feasible_rows(frame)["tokens_per_s"].nlargest(3).to_numpy()
     np.testing.assert_array_equal(result.top["tokens_per_s"].to_numpy(), best)
+
+
+def test_explore_places_each_plan_on_its_slice_of_a_torus_as_sweep_does():
+    axes = dict(tp=[1, 2, 4, 8], pp=[1, 2, 4], dp=[1, 2, 4, 8], micro_batch=1, global_batch=64)
+    for system in ("tpu7x-pod", "tpu-v5p-pod"):
+        swept = snlab.sweep("llama3-8b", system, **axes)
+        best = swept[swept.valid & swept.fits].sort_values("tokens_per_s", ascending=False).iloc[0]
+        top = snlab.explore("llama3-8b", system, **axes).top.iloc[0]
+        assert top.tokens_per_s == pytest.approx(best.tokens_per_s) and top.slice == best.slice != ""
+    given = dict(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64, slice="4x4x4")
+    assert snlab.explore("llama3-70b", "tpu7x-pod", **given).top.step_time_s.iloc[0] == \
+        pytest.approx(snlab.train("llama3-70b", "tpu7x-pod", **given).step_time_s)
+    for bad, system in (("3x3x3", "tpu7x-pod"), ("4x4x4", "dgx-h100")):
+        with pytest.raises(snlab.SnlabError, match="^slice:"):
+            snlab.explore("llama3-70b", system, **{**given, "slice": bad})

@@ -95,10 +95,12 @@ class Training:
         g, hw, labels = p.build_grid(model, cooled, axes, precision)
         plan = p.plan_of(g)
         broken = p.pl.violations(model, plan, devices)
+        hw = p.place_slices(cooled, hw, g, labels)       # each plan's slice of a torus, as sweep places it
         with np.errstate(all="ignore"):
             out = p.step_columns(sizes, plan, hw)
             if cooled.has_power:
                 out.update(energy.training_columns(out, g, hw, price, ratio))
+        out.update(p.slice_columns(hw))
         hw_cols = {k: getattr(hw, k) for k in p.SYSTEM_FIELDS if k in axes}
         shape = _shape(grid.grid_shape(broken, g, hw_cols), len(self.order(axes)))
         feasible = (broken < 0) & np.asarray(out["fits"], dtype=bool)

@@ -555,6 +555,7 @@ def _frame(model: Model, system: System, precision: str, g: dict, labels: dict, 
 #: the pieces of sweep that snlab.explore runs chunk by chunk: the open grid of a chunk's
 #: axes, the checks of precision and device count, the frame of evaluated rows
 build_grid, build_frame, check_precision, check_devices = _grid, _frame, _check_precision, _check_devices
+place_slices, slice_columns = _placed, _slice_columns
 
 
 def sweep(model, system, *, precision="bf16", devices=None, cooling=None, pue=None, prices=None, **axes):
