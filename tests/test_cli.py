@@ -69,3 +69,15 @@ def test_import_stays_light():
     code = "import sys, snlab; print(sorted(m for m in ('pandas','altair','ipywidgets','sympy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+def test_search_reports_each_plan_s_time_to_train_its_tokens():
+    args = ["search", "--model", "llama3-8b", "--system", "dgx-h100", "--devices", "8", "--global-batch", "64",
+            "--top", "2", "--tokens", "1e12"]
+    plans = json.loads(run(*args, "--json").stdout)
+    for plan in plans:
+        assert plan["time_to_train_s"] == pytest.approx(1e12 / plan["tokens_per_s"])
+        assert plan["energy_to_train_j"] == pytest.approx(1e12 * plan["energy_per_token_j"])
+    out = run(*args).stdout
+    assert "time, 1e+12 tokens" in out and " days " in out
+    assert "time_to_train_s" not in json.loads(run(*args[:-2], "--json").stdout)[0]

@@ -6,7 +6,7 @@ import json
 
 from ..errors import SnlabError
 from ..training.planner import OBJECTIVES
-from ..units import fmt_bytes, fmt_joules, fmt_watts, parse_quantity
+from ..units import fmt_bytes, fmt_joules, fmt_seconds, fmt_watts, parse_quantity
 from . import plan_flags, power_flags
 from ..training.planner import MAX_DEVICES, MAX_TOP
 from .common import integer_flag, print_json
@@ -56,6 +56,13 @@ def run(args) -> int:
                 objective=args.objective, power_budget=_budget(args.power_budget), **fixed,
                 **power_flags.options(args))
     columns = COLUMNS + [c for c in POWER_COLUMNS if c in df.columns]
+    tokens = plan_flags.tokens(args)
+    if tokens:                       # each plan's time (and energy) to train on them
+        df = df.assign(time_to_train_s=tokens / df["tokens_per_s"])
+        columns.append("time_to_train_s")
+        if "energy_per_token_j" in df:
+            df = df.assign(energy_to_train_j=tokens * df["energy_per_token_j"])
+            columns.append("energy_to_train_j")
     if args.json:
         print_json(json.loads(df[columns + (["slice"] if "slice" in df else [])]
                               .to_json(orient="records", double_precision=15)))
@@ -74,6 +81,10 @@ def run(args) -> int:
     for col in ("energy_per_token_j",):
         if col in shown:
             shown[col] = shown[col].map(fmt_joules)
+    if tokens:
+        shown["time_to_train_s"] = shown["time_to_train_s"].map(fmt_seconds)
+        if "energy_to_train_j" in shown:
+            shown["energy_to_train_j"] = shown["energy_to_train_j"].map(fmt_joules)
     shown["memory_total_bytes"] = shown["memory_total_bytes"].map(fmt_bytes)
     shown["mfu"] = [f"{x:.1%}" + (f" ({lo:.0%}-{hi:.0%})" if lo is not None and lo == lo else "")
                     for x, lo, hi in zip(df["mfu"], df["mfu_low"].astype(object).where(df["mfu_low"].notna(), None),
@@ -85,7 +96,8 @@ def run(args) -> int:
     print(shown.rename(columns={"memory_total_bytes": "memory", "sequence_parallel": "sp", "micro_batch": "mb",
                                 "interleave": "v", "mfu": "mfu (published runs)", "validated": "",
                                 "facility_power_w": "facility", "energy_per_token_j": "J/token",
-                                "cost_per_million_tokens_usd": "$/Mtok"}).to_string(index=False))
+                                "cost_per_million_tokens_usd": "$/Mtok", "time_to_train_s": f"time, {tokens or 0:.3g} tokens",
+                                "energy_to_train_j": "energy"}).to_string(index=False))
     if not df["validated"].all():
         print("* outside what the published runs of this chip family cover: a degree, ZeRO stage, recomputation "
               "or precision none of them used (--validated-only leaves these out)")
