@@ -202,3 +202,12 @@ def test_json_carries_the_error_band(capsys):
     assert main(["train", "--model", "megatron-1t", "--system", "cloudmatrix384", *plan]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["band_runs"] == 0 and out["mfu_low"] is None and "no published" in out["band"]
+
+
+def test_search_keeps_one_of_the_zero_stages_a_single_data_parallel_rank_makes_the_same():
+    df = snlab.search("llama3-8b", "dgx-h100", devices=7, global_batch=64)
+    plan = ["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "sequence_parallel", "step_time_s",
+            "memory_total_bytes"]
+    assert not df[plan].duplicated().any()
+    first = df.iloc[0]
+    assert first.dp == 1 and first.zero == 0                  # ZeRO 1 shards nothing over one rank

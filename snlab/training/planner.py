@@ -729,10 +729,10 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
                        + [frame["recompute"].cat.codes.to_numpy(), frame[key].to_numpy()])
     frame = frame.iloc[order]
     # distinct plans only: a setting that changes neither the step nor the memory (selective
-    # recomputation under FlashAttention, which keeps no scores to drop) leaves the plan
-    # that asks for less
+    # recomputation under FlashAttention, which keeps no scores to drop; a ZeRO stage with
+    # one data-parallel rank, which has nothing to shard) leaves the plan that asks for less
     outcome = frame[["step_time_s", "memory_total_bytes"]].round({"step_time_s": 12, "memory_total_bytes": 0})
-    same = pd.concat([frame[["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "zero", "sequence_parallel",
+    same = pd.concat([frame[["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "sequence_parallel",
                              *(["slice"] if "slice" in frame else [])]], outcome], axis=1).duplicated()
     result = frame[~same.to_numpy()].head(int(top)).reset_index(drop=True)
     result.attrs["evaluated"] = int(keep.sum())
