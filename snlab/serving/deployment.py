@@ -125,8 +125,9 @@ FIXED_ONLY = dict(hbm_utilization="kv_fraction sizes the offline run's KV cache"
 def check_scenario(deployment: dict) -> None:
     """Raise :class:`SnlabError` for a field the deployment's scenario does not read, so
     that it is not silently ignored: an offline field (:data:`OFFLINE_ONLY`) set away from
-    its default in the fixed scenario, or ``batch`` in the offline one, whose engine picks
-    the sequences in flight itself (``max_sequences`` bounds them)."""
+    its default in the fixed scenario; in the offline one ``batch`` (its engine picks the
+    sequences in flight, ``max_sequences`` bounds them), ``context`` (its sequences grow
+    from prompt to prompt + output) or a field of :data:`FIXED_ONLY` away from its default."""
     given = {k: v for k, v in deployment.items() if v is not None and np.ndim(v) == 0}   # lists: their own error
     scenario = given.get("scenario", "fixed")
     if scenario == "offline":
