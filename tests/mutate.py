@@ -133,6 +133,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("snlab/serving/step.py", "expert_ffn=float(model.moe.expert_ffn_hidden_size if model.moe else 0)",
      "constant 0 -> 1"): "the expert width of a dense model, which has no routed expert to size",
     ("snlab/serving/offline.py", "return dep.kv_fraction * np.maximum(free, 0.0)", "constant 0.0 -> 1"): _BYTE,
+    ("snlab/network.py", "switch_power=hw.switch_power * size / np.maximum(hw.scale_up_domain_size, 1.0)",
+     "constant 1.0 -> 2"): "guards a division by an empty domain; a torus's domain holds thousands of devices",
     ("snlab/serving/step.py", "utilization = used / maximum(hw.hbm_capacity, 1.0)",
      "constant 1.0 -> 2"): "guards a division by a device with no HBM; every device has gigabytes",
     ("snlab/serving/step.py", "used = where(w.per_device <= room, kv_memory + w.per_device, maximum(room, 0.0))",

@@ -725,5 +725,8 @@ def test_a_slice_of_a_pod_pays_its_share_of_the_pod_s_switches():
 def test_a_collective_s_slice_holds_its_devices_as_a_training_plan_s_does():
     with pytest.raises(snlab.SnlabError, match=r"^slice: 3x3x3 holds 27 devices; the job has 64"):
         snlab.collective("tpu-v5p-pod", "all-reduce", 1e9, 64, slice="3x3x3")
+    # 24 devices a stride of 2 apart span 48: more than a slice of 32 and no multiple of it
+    with pytest.raises(snlab.SnlabError, match=r"^slice: 4x4x2 holds 32 devices; the job has 48"):
+        snlab.collective("tpu-v5p-pod", "all-reduce", 1e9, 24, stride=2, slice="4x4x2")
     # two slices of 32: the rest of the all-reduce crosses the scale-out network
     assert snlab.collective("tpu-v5p-pod", "all-reduce", 1e9, 64, slice="4x4x2").time_s > 0
