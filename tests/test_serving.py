@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from pytest import approx
 
 import snlab
 from snlab import SnlabError
@@ -155,6 +156,49 @@ def test_bad_input_names_the_field(kw, field):
     with pytest.raises(SnlabError) as info:
         serve("llama3-8b", "dgx-h100", **dep)
     assert info.value.field == field and "allowed" in str(info.value)
+
+
+@pytest.mark.parametrize("model, system, kw, field, says", [
+    ("llama3-8b", "dgx-h100", dict(expert_imbalance=1.3), "expert_imbalance", "no routed experts"),
+    ("mixtral-8x7b", "dgx-h100", dict(tp=2, expert_imbalance=1.3), "expert_imbalance", "ep 1"),
+    ("llama3-8b", "dgx-h100", dict(acceptance=0.9), "acceptance", "draft_tokens 0"),
+    ("deepseek-v3", "gb200-nvl72", dict(dp=8, ep=8, batch=64, ep_overlap=0.5), "ep_overlap", "microbatches 1"),
+    ("mixtral-8x7b", "dgx-h100", dict(tp=2, microbatches=2, ep_overlap=0.5), "ep_overlap", "ep 1"),
+    ("llama3-8b", "dgx-h100", dict(pool_share=0.5), "pool_share", "no memory pool"),
+    ("llama3-70b", "gb200-nvl72", dict(tp=4, pool_share=0.5, kv_offload="hbm"), "pool_share", "kv_offload 'hbm'"),
+])
+def test_a_field_the_deployment_never_reads_is_refused(model, system, kw, field, says):
+    """Set away from its default where nothing reads it, a field is an error naming it,
+    not a silent no-op; at its default, or where it is read, it passes."""
+    dep = {**dict(prompt_len=100, output_len=10), **kw}
+    with pytest.raises(SnlabError) as info:
+        serve(model, system, **dep)
+    assert info.value.field == field and says in str(info.value) and "allowed" in str(info.value)
+    from snlab.serving.deployment import DEFAULTS
+    serve(model, system, **{**dep, field: DEFAULTS[field]})
+
+
+def test_the_fields_pass_where_they_are_read():
+    base = dict(prompt_len=100, output_len=10)
+    serve("mixtral-8x7b", "dgx-h100", tp=2, ep=2, expert_imbalance=1.3, **base)
+    serve("llama3-8b", "dgx-h100", draft_tokens=1, acceptance=0.9, **base)
+    serve("deepseek-v3", "gb200-nvl72", dp=8, ep=8, batch=64, microbatches=2, ep_overlap=0.5, **base)
+    serve("llama3-70b", "gb200-nvl72", tp=4, pool_share=0.5, **base)
+
+
+def test_expert_imbalance_weighs_only_an_expert_parallel_deployment():
+    """With ep 1 each device holds a tensor slice of every expert and computes its share
+    of every token, so the routing's skew slows no device more than another; with ep 2
+    the busiest device's experts set the pace."""
+    dep = dict(batch=256, prompt_len=1000, output_len=1000)
+    df = serve_sweep("mixtral-8x7b", "dgx-h100", tp=2, ep=[1, 2], expert_imbalance=[1.0, 1.5], **dep)
+    one = df[df.ep == 1].prefill_tokens_per_s_per_device.to_numpy()
+    two = df[df.ep == 2].prefill_tokens_per_s_per_device.to_numpy()
+    at_default = {ep: serve("mixtral-8x7b", "dgx-h100", tp=2, ep=ep, **dep).prefill_tokens_per_s_per_device
+                  for ep in (1, 2)}
+    assert one[0] == approx(one[1]) == approx(at_default[1])      # the default 1.11 takes nothing at ep 1
+    assert two[0] > at_default[2] > two[1]
+    assert one[0] == approx(one[1]) and two[0] > two[1]
 
 
 def test_too_many_devices_for_the_system():

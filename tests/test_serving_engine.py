@@ -481,6 +481,21 @@ def test_a_compute_bound_expert_gemm_at_its_occupancy():
     assert flops / rate > read / BYTE_RATE and t == approx(flops / rate)
 
 
+def test_expert_imbalance_loads_the_busiest_device_only_under_expert_parallelism():
+    """With ep 1 each device computes a tensor slice of every expert for every token, so
+    no device is busier; from ep 2 the busiest device's experts get ``expert_imbalance``
+    times their share of the tokens."""
+    tok = 256.0
+    flops = {}
+    for ep in (1, 2):
+        for imbalance in (1.0, 1.5):
+            dep = deployment(tp=2, dp=1, ep=ep, batch=16, expert_imbalance=imbalance)
+            flops[ep, imbalance] = S.routed_experts(QWEN_SS, dep, HW, tok, HW.gemm_efficiency)[1]
+    even = 2 * tok * 8 * QK.expert_params_one / 2 * 48
+    assert flops[1, 1.0] == approx(even) and flops[1, 1.5] == approx(even)
+    assert flops[2, 1.0] == approx(even) and flops[2, 1.5] == approx(1.5 * even)
+
+
 def test_a_stage_pays_its_kernels_fixed_time():
     dep = deployment(tp=2, graphs=1)
     w = S.weights(SS.base, dep, ENGINE)

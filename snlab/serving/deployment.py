@@ -151,6 +151,45 @@ def check_scenario(deployment: dict) -> None:
                              "scenario='offline' for a run of requests queued at once, or leave it out")
 
 
+def check_read(model, system, deployment: dict) -> None:
+    """Raise :class:`SnlabError` for a field set away from its default that this
+    deployment never reads, so that it is not silently ignored: ``expert_imbalance``
+    without expert parallelism (a dense model, or ``ep`` 1, where every device computes
+    its share of every expert), ``acceptance`` with no draft tokens, ``ep_overlap``
+    without an expert all-to-all to hide behind a second micro-batch, ``pool_share`` on
+    a system with no memory pool or with the KV cache kept in HBM."""
+    given = {k: v for k, v in deployment.items() if v is not None and np.ndim(v) == 0}
+
+    def value(name):
+        return given.get(name, DEFAULTS[name])
+
+    if "expert_imbalance" in given and given["expert_imbalance"] != DEFAULTS["expert_imbalance"]:
+        if model.moe is None:
+            raise SnlabError("expert_imbalance", f"got {given['expert_imbalance']!r} for {model.name}, which has "
+                             "no routed experts", "leave it out; it weighs the busiest device of a MoE model's "
+                             "expert parallelism")
+        if value("ep") == 1:
+            raise SnlabError("expert_imbalance", f"got {given['expert_imbalance']!r} with ep 1, where every device "
+                             "computes its share of every expert", "ep > 1 with it, or leave it out")
+    if "acceptance" in given and given["acceptance"] != DEFAULTS["acceptance"] and value("draft_tokens") == 0:
+        raise SnlabError("acceptance", f"got {given['acceptance']!r} with draft_tokens 0, which drafts nothing to "
+                         "accept", "draft_tokens >= 1 with it, or leave it out")
+    if "ep_overlap" in given:
+        if value("microbatches") == 1:
+            raise SnlabError("ep_overlap", f"got {given['ep_overlap']!r} with microbatches 1: the expert all-to-all "
+                             "hides only behind a second micro-batch", "microbatches=2 with it, or leave it out")
+        if value("ep") == 1:
+            raise SnlabError("ep_overlap", f"got {given['ep_overlap']!r} with ep 1, which has no expert all-to-all "
+                             "to hide", "ep > 1 with it, or leave it out")
+    if "pool_share" in given and given["pool_share"] != DEFAULTS["pool_share"]:
+        if system.pool is None:
+            raise SnlabError("pool_share", f"got {given['pool_share']!r} on {system.name}, which has no memory pool",
+                             "leave it out, or a system with one (cloudmatrix384, gb200-nvl72, ...)")
+        if value("kv_offload") == "hbm":
+            raise SnlabError("pool_share", f"got {given['pool_share']!r} with kv_offload 'hbm', which keeps the KV "
+                             "cache out of the pool", "kv_offload='auto' with it, or leave it out")
+
+
 @dataclass(frozen=True)
 class Deployment:
     """A grid of serving deployments: each field a number or an array. Choices are

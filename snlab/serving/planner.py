@@ -262,6 +262,7 @@ def serve_unchecked(model: PresetLike, system: PresetLike, *, cooling: str | Non
     row = _kernel_row(m, s, hw, values, prices, pue)
     if row is None or row.pop("_broken") >= 0:         # the chain itself names the broken rule
         row = _chain_row(m, s, hw, dep, values, prices, pue)
+    dp_.check_read(m, s, deployment)
     grid.check_finite(row, deployment)
     return ServeResult.from_row(m, s, {k: float(v) if type(v) is np.float64 else float(np.ravel(v)[0])
                                        for k, v in values.items()}, row, prices)

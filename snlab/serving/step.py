@@ -358,19 +358,23 @@ def forward_pass(ss: ServingSizes, dep: Deployment, hw: Hardware, w: Weights, to
 def routed_experts(ss: ServingSizes, dep: Deployment, hw: Hardware, tok, efficiency):
     """Routed experts of one pass on the busiest device: bytes read (only the slots some
     token reached), FLOPs (the mean device's times ``expert_imbalance``), and their
-    roofline time, each expert's GEMMs at the occupancy of the tokens it gets."""
+    roofline time, each expert's GEMMs at the occupancy of the tokens it gets. Without
+    expert parallelism (``ep`` 1) every device holds a tensor slice of every expert and
+    computes its share of every token: no device is busier than another, whatever the
+    routing, so ``expert_imbalance`` weighs only an expert-parallel deployment."""
     k = ss.base
     if not k.experts:
         zero = 0.0 * tok
         return zero, zero, zero
     t, p, e = dep.tp, dep.pp, dep.ep
+    imbalance = where(e > 1, dep.expert_imbalance, 1.0)
     slots = np.ceil(k.experts / e)
     reaching = tok * maximum(e, t) / t
     rho = sv.expert_activation(experts=slots * e, experts_per_token=k.experts_per_token, tokens=reaching)
     split = maximum(t / e, 1.0)
     read = slots * rho * k.expert_params_one / split * dep.weight_bytes * k.moe_layers / p
-    flops = 2 * tok * k.experts_per_token * k.expert_params_one / t * k.moe_layers / p * dep.expert_imbalance
-    per_expert = reaching * k.experts_per_token / k.experts * dep.expert_imbalance
+    flops = 2 * tok * k.experts_per_token * k.expert_params_one / t * k.moe_layers / p * imbalance
+    per_expert = reaching * k.experts_per_token / k.experts * imbalance
     n_expert = k.expert_params_one / split / (k.hidden_size + ss.expert_ffn / split)
     occupancy = cw.gemm_occupancy(gemm_m=per_expert, gemm_n=n_expert, gemm_half_elements=dep.gemm_half)
     roof = hw.roofline(peak_flops=hw.peak_flops * dep.gemm_ratio, gemm_efficiency=efficiency * occupancy)
