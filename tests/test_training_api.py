@@ -372,6 +372,44 @@ def test_out_of_range_plan_values_are_rejected(change, field):
     assert err.field == field
 
 
+UNREAD = [  # (model, plan, field, phrase): a field given where the plan never reads it
+    ("llama3-8b", dict(dp=8, expert_imbalance=1.3), "expert_imbalance", "no routed experts"),
+    ("llama3-8b", dict(dp=8, capacity_factor=1.25), "capacity_factor", "no routed experts"),
+    ("llama3-8b", dict(dp=8, ep_dispatcher="alltoall"), "ep_dispatcher", "no routed experts"),
+    ("mixtral-8x7b", dict(tp=8, expert_imbalance=1.3), "expert_imbalance", "ep 1"),
+    ("mixtral-8x7b", dict(tp=8, capacity_factor=1.25), "capacity_factor", "ep 1"),
+    ("llama3-8b", dict(dp=8, offload_layers=2), "offload_layers", "offload 'none'"),
+    ("llama3-8b", dict(dp=8, offload="optimizer", offload_layers=2), "offload_layers", "offload 'optimizer'"),
+    ("llama3-8b", dict(dp=8, chunk_overhead_s=1e-3), "chunk_overhead_s", "interleave 1"),
+]
+
+
+@pytest.mark.parametrize("model, plan, field, phrase", UNREAD, ids=[f"{m}-{f}-{i}" for i, (m, _, f, _) in
+                                                                     enumerate(UNREAD)])
+def test_a_field_the_plan_never_reads_is_refused(model, plan, field, phrase):
+    """Away from its default where nothing reads it, a field is an error naming it;
+    at its default it passes, and where the plan reads it, it changes the result."""
+    base = dict(global_batch=64, **plan)
+    err = _train_error(model, base)
+    assert err.field == field and phrase in str(err) and "allowed" in str(err)
+    snlab.train(model, "dgx-h100", **{**base, field: pl.DEFAULTS[field]})
+
+
+def test_the_plan_fields_pass_where_they_are_read():
+    moe = dict(tp=1, dp=8, ep=8, global_batch=64)
+    even = snlab.train("mixtral-8x7b", "dgx-h100", expert_imbalance=1.0, **moe).step_time_s
+    assert snlab.train("mixtral-8x7b", "dgx-h100", expert_imbalance=1.5, **moe).step_time_s > even
+    snlab.train("mixtral-8x7b", "dgx-h100", capacity_factor=1.25, ep_dispatcher="alltoall", **moe)
+    dense = dict(tp=1, dp=8, global_batch=64)
+    kept = snlab.train("llama3-8b", "dgx-h100", offload="activations", **dense).memory_bytes_per_device
+    fewer = snlab.train("llama3-8b", "dgx-h100", offload="activations", offload_layers=8,
+                        **dense).memory_bytes_per_device
+    assert fewer["offloaded"] < kept["offloaded"] and fewer["activations"] > kept["activations"]
+    staged = dict(tp=8, pp=4, dp=1, interleave=2, global_batch=64)
+    quick = snlab.train("llama3-70b", "dgx-h100", chunk_overhead_s=0.0, **staged).step_time_s
+    assert snlab.train("llama3-70b", "dgx-h100", chunk_overhead_s=1e-3, **staged).step_time_s > quick
+
+
 def test_non_whole_degrees_are_never_accepted():
     """Degrees that happen to divide evenly as floats (pp x 2.5 = 20 divides 80 layers;
     cp = 2.5 divides seq_len = 2000) must still be rejected."""

@@ -560,7 +560,20 @@ def test_expert_compute_runs_the_busiest_device_s_experts():
     assert comp.dense_gemm == approx(dense)
     capped = S.compute(QWEN, plan(dp=8, ep=8, expert_imbalance=1.2, capacity_factor=1.1), HW, lay, act)
     assert capped.expert_gemm == approx(16 * gemm(tok * 8 * 8 / 128 * 1.1, 2048, 3 * 768))
-    assert S.expert_load(plan(expert_imbalance=1.5, capacity_factor=2.0)) == 1.5
+    assert S.expert_load(plan(dp=8, ep=8, expert_imbalance=1.5, capacity_factor=2.0)) == 1.5
+
+
+def test_without_expert_parallelism_no_device_is_busier():
+    """With ep 1 every device holds every expert (a tensor slice of each with tp) and
+    computes its share of every token: the routing's skew loads no device more."""
+    assert S.expert_load(plan(dp=8, expert_imbalance=1.5)) == 1.0
+    assert S.expert_load(plan(dp=8, ep=2, expert_imbalance=1.5)) == 1.5
+    assert S.expert_load(plan(tp=2, dp=4, expert_imbalance=1.5, capacity_factor=1.2)) == 1.0
+    p = plan(dp=8, expert_imbalance=1.5)
+    lay, act = S.layout(QWEN, p), S.activations(QWEN, p)
+    even = S.compute(QWEN, plan(dp=8, expert_imbalance=1.0), HW, lay, act)
+    assert S.compute(QWEN, p, HW, lay, act).expert_gemm == approx(even.expert_gemm)
+    assert even.expert_gemm == approx(128 * gemm(SEQ * 8 / 128, 2048, 3 * 768))
 
 
 def test_expert_all_to_all_with_every_copy_sent():

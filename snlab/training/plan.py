@@ -132,6 +132,36 @@ ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                slice="on a torus, the job's slice, e.g. '4x4x8' (default: the scheduler's shape for its devices)")
 
 
+
+def check_read(model, plan: dict) -> None:
+    """Raise :class:`SnlabError` for a field given away from its default that this plan
+    never reads, so that it is not silently ignored: the experts' settings
+    (``expert_imbalance``, ``capacity_factor``, ``ep_dispatcher``) for a dense model or
+    without expert parallelism (``ep`` 1: every device computes its share of every
+    expert and there is no all-to-all), ``offload_layers`` without activation offload,
+    ``chunk_overhead_s`` without interleaved stages."""
+    given = {k: v for k, v in plan.items() if v is not None and np.ndim(v) == 0}
+
+    def moved(name):
+        return name in given and given[name] != DEFAULTS[name]
+
+    for name in ("expert_imbalance", "capacity_factor", "ep_dispatcher"):
+        if not moved(name):
+            continue
+        if model.moe is None:
+            raise SnlabError(name, f"got {given[name]!r} for {model.name}, which has no routed experts",
+                             "leave it out; it sets a MoE model's expert parallelism")
+        if given.get("ep", DEFAULTS["ep"]) == 1:
+            raise SnlabError(name, f"got {given[name]!r} with ep 1, where every device computes its share of every "
+                             "expert and no token crosses to another", "ep > 1 with it, or leave it out")
+    if moved("offload_layers") and given.get("offload", DEFAULTS["offload"]) not in ("activations", "both"):
+        raise SnlabError("offload_layers", f"got {given['offload_layers']!r} with offload "
+                         f"{given.get('offload', DEFAULTS['offload'])!r}, which keeps every activation on the device",
+                         "offload='activations' or 'both' with it, or leave it out")
+    if moved("chunk_overhead_s") and given.get("interleave", DEFAULTS["interleave"]) == 1:
+        raise SnlabError("chunk_overhead_s", f"got {given['chunk_overhead_s']!r} with interleave 1, which has no "
+                         "extra pass through a virtual stage", "interleave > 1 with it, or leave it out")
+
 @dataclass(frozen=True)
 class Plan:
     """A grid of training plans: each field a number or an array (an axis of an open

@@ -393,6 +393,7 @@ def train(model: PresetLike, system: PresetLike, *, precision: str = "bf16", dev
         row = _chain_row(m, s, hw, g, labels, devices, prices, pue)
     elif row.pop("_broken") >= 0:       # the chain itself names the broken rule
         row = _chain_row(m, s, hw, g, labels, devices, prices, pue)
+    pl.check_read(m, plan)
     grid.check_finite(row, plan)
     return TrainResult.from_row(m, s, precision, {k: (v.item() if isinstance(v, np.ndarray) else v)
                                                   for k, v in g.items()}, labels, row, prices)

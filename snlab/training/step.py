@@ -174,9 +174,12 @@ class Compute:
 
 def expert_load(plan: Plan):
     """Tokens the busiest expert device computes, over the mean [1]: the routing's
-    imbalance, cut to the capacity factor when tokens beyond it are dropped."""
-    return where(plan.capacity_factor > 0, minimum(plan.expert_imbalance, plan.capacity_factor),
-                    plan.expert_imbalance)
+    imbalance, cut to the capacity factor when tokens beyond it are dropped. Without
+    expert parallelism (``ep`` 1) every device holds every expert, or a tensor slice of
+    each, and computes its share of every token: 1, whatever the routing."""
+    load = where(plan.capacity_factor > 0, minimum(plan.expert_imbalance, plan.capacity_factor),
+                 plan.expert_imbalance)
+    return where(plan.ep > 1, load, 1.0)
 
 
 def compute(sizes: ModelSizes, plan: Plan, hw: Hardware, lay: Layout, act: Activations) -> Compute:
