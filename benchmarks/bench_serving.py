@@ -51,7 +51,7 @@ def main() -> None:
 
     offline = dict(tp=[1, 2, 4, 8], scenario="offline", requests=[1000, 3000, 10000, 30000],
                    prompt_len=[128, 500, 1000, 2048, 5000, 20000], output_len=[128, 500, 1000, 2000, 4096],
-                   weight_dtype=["fp8", "fp4"], kv_dtype="fp8", kv_fraction=np.linspace(0.5, 0.95, 10))
+                   weight_dtype=["fp8", "fp4"], kv_dtype="fp8", kv_fraction=np.linspace(0.5, 0.95, 40))
     n = int(np.prod([len(v) if isinstance(v, (list, np.ndarray)) else 1 for v in offline.values()]))
     t = best_of(lambda: snlab.serve_sweep("llama3-70b", "dgx-b200", **offline), repeats=3)
     print(f"serve_sweep offline, {n:,} benchmarks: {t:.2f} s = {n / t:,.0f} configurations/s")
