@@ -769,6 +769,10 @@ def test_search_honours_the_overlap_it_is_given():
     (dict(devices=0), "devices"),
     (dict(devices=2.5), "devices"),
     (dict(devices=64, global_batch=0), "global_batch"),
+    (dict(devices=64, micro_batch=0), "micro_batch"),            # fixed axes no plan could take
+    (dict(devices=64, micro_batch=[1, 2.5]), "micro_batch"),
+    (dict(devices=64, micro_batch=4096), "micro_batch"),         # above the global batch
+    (dict(devices=64, interleave=0), "interleave"),
 ])
 def test_impossible_searches_are_clear_errors(kw, field):
     kw = dict(dict(global_batch=3072), **kw)

@@ -627,6 +627,12 @@ def search_space(model: Model, devices: int, global_batch: int, **fixed):
     if not rows:
         raise SnlabError("devices", f"no tp x pp x dp x cp = {devices} fits the model", "another device count")
     base = np.asarray(rows, dtype=float)
+    for name in ("micro_batch", "interleave"):   # a given axis that no plan can take is the caller's error
+        if name in fixed:
+            for x in grid.axis_values(name, fixed[name]):
+                grid.whole_number(name, x, 1, global_batch if name == "micro_batch" else model.layers,
+                                  f"{pl.ALLOWED[name]}, at most "
+                                  f"{'global_batch' if name == 'micro_batch' else 'the layers'}")
     options = {
         "micro_batch": fixed.pop("micro_batch", [1, 2, 4, 8, 16, 32, 64]),
         "interleave": fixed.pop("interleave", [1, 2, 3, 4, 6, 8]),
