@@ -165,7 +165,9 @@ def serving_columns(model, out: dict, dep: dict, hw, prices: Prices | None = Non
     (:data:`snlab.walls.serving.batching_throughput`): the device's power is the two
     phases' weighted by their share of the time, and the tokens are the continuous
     batching rate (the offline run's rate on offline rows). Lenders of pooled HBM draw
-    idle power."""
+    idle power, and so, offline, do the ``dp - requests`` replicas a run of fewer
+    requests than replicas leaves without one (a replica given any request decodes for
+    the whole run, :func:`snlab.serving.offline.offline`)."""
     dec = decode_activity(out)
     pre = prefill_activity(out, dep, hw, serving_flops_per_token(model, dep["prompt_len"]))
     p_dec, p_pre = device_power(hw, dec), device_power(hw, pre)
@@ -177,8 +179,11 @@ def serving_columns(model, out: dict, dep: dict, hw, prices: Prices | None = Non
     activity = tuple(share * p + (1 - share) * d for p, d in zip(pre, dec))
     lenders = out["lender_devices"]
     continuous = out["continuous_tokens_per_s_per_device"] * (out["devices"] + lenders)
-    tokens = where(dep["scenario"] == 1, out["offline_tokens_per_s"], continuous)
-    return power_columns(out["devices"], device_w, tokens, hw, activity, prices, pue, idle_devices=lenders)
+    offline = dep["scenario"] == 1
+    tokens = where(offline, out["offline_tokens_per_s"], continuous)
+    busy = where(offline, minimum(dep["requests"], dep["dp"]) / dep["dp"], 1.0)
+    return power_columns(out["devices"] * busy, device_w, tokens, hw, activity, prices, pue,
+                         idle_devices=lenders + out["devices"] * (1 - busy))
 
 
 def full_load(system, cooling: str | None = None, devices: int | None = None) -> dict:

@@ -172,7 +172,7 @@ def _serve_parts():
                weights_bytes_per_device=1e11, prefill_time_tp_s=0.0, prefill_time_ep_s=0.0, tokens_per_step=2.0,
                continuous_tokens_per_s_per_device=100.0, offline_tokens_per_s=1000.0)
     dep = dict(batch=16.0, dp=2.0, prefill_batch=4.0, output_len=300.0, pp=1.0, prompt_len=1000.0,
-               scenario=0.0, efficiency_ratio=1.0, gemm_ratio=1.0)
+               scenario=0.0, requests=100.0, efficiency_ratio=1.0, gemm_ratio=1.0)
     return out, dep
 
 
@@ -194,6 +194,14 @@ def test_serving_columns_weigh_prefill_and_decode_by_their_time():
     # the offline scenario's rate on offline rows
     offline = energy.serving_columns(m, out, dict(dep, scenario=1.0), hw)
     assert offline["device_energy_per_token_j"] == pytest.approx(4 * cols["device_power_w"] / 1000.0)
+    # offline, a replica left without a request (one request, two replicas) draws idle power
+    alone = energy.serving_columns(m, out, dict(dep, scenario=1.0, requests=1.0), hw)
+    assert alone["device_energy_per_token_j"] == pytest.approx((2 * cols["device_power_w"] + 2 * 100.0) / 1000.0)
+    assert energy.serving_columns(m, out, dict(dep, scenario=1.0, requests=2.0), hw)["device_energy_per_token_j"] \
+        == pytest.approx(offline["device_energy_per_token_j"])
+    # the fixed scenario keeps every replica busy, whatever the requests field holds
+    assert energy.serving_columns(m, out, dict(dep, requests=1.0), hw)["device_energy_per_token_j"] \
+        == pytest.approx(cols["device_energy_per_token_j"])
     # lenders of pooled HBM count in the continuous rate (per device, theirs included) and idle
     lent = energy.serving_columns(m, dict(out, lender_devices=4.0), dep, hw)
     assert lent["device_energy_per_token_j"] == pytest.approx((4 * lent["device_power_w"] + 4 * 100.0) / 800.0)

@@ -181,7 +181,7 @@ def _power(model: Model, system: System, out: dict, dep, hw, prices=None, pue=No
     if not system.has_power:
         return {}
     cols = {f: getattr(dep, f) for f in ("batch", "dp", "pp", "prefill_batch", "prompt_len", "output_len",
-                                          "scenario", "gemm_ratio", "efficiency_ratio")}
+                                          "scenario", "requests", "gemm_ratio", "efficiency_ratio")}
     cols["batch"] = out["batch_in_flight"]
     return energy.serving_columns(model, out, cols, hw, prices, pue)
 
