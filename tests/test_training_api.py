@@ -814,12 +814,18 @@ def test_recomputation_by_module_names():
                     global_batch=16384, recompute="mlp,mla_up_proj", optimizer_bytes=6)
     assert r.plan["recompute"] == "mla_up_proj,mlp" and r.plan["expert_tp"] == 1 and r.fits
     df = snlab.sweep("llama3-8b", "dgx-h100", dp=8, global_batch=8, recompute=["none", "mlp", "layernorm,mlp"],
-                     fp8_activations=["none", "linear", "all"])
+                     fp8_activations=["none", "linear", "all"], precision="fp8")
     assert list(df["recompute"].unique()) == ["none", "mlp", "layernorm,mlp"]
     assert (df.groupby("recompute", observed=True)["memory_activations_bytes"].max().diff().dropna() < 0).all()
     assert (df.groupby("fp8_activations", observed=True)["memory_activations_bytes"].max().diff().dropna() < 0).all()
     with pytest.raises(snlab.SnlabError, match="fp8_activations"):
         snlab.train("llama3-8b", "dgx-h100", dp=8, global_batch=8, fp8_activations="half")
+    # FP8 activations only inside FP8 compute, as FP8 weights are
+    for kept in ("linear", "all", ["none", "all"]):
+        with pytest.raises(snlab.SnlabError, match="fp8_activations.*precision bf16"):
+            snlab.sweep("llama3-8b", "dgx-h100", dp=8, global_batch=8, fp8_activations=kept)
+    none = snlab.train("llama3-8b", "dgx-h100", dp=8, global_batch=8, fp8_activations="none")
+    assert none.plan["fp8_activations"] == "none"
     with pytest.raises(snlab.SnlabError, match="expert_tp"):
         snlab.train("qwen3-30b-a3b", "dgx-h100", tp=2, dp=4, ep=8, expert_tp=3, global_batch=8)
 

@@ -216,6 +216,11 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     merged.update(fills)
     if precision not in ("fp8", "fp4") and any(bool(v) for v in grid.axis_values("fp8_params", merged["fp8_params"])):
         raise SnlabError("fp8_params", f"true with precision {precision}", "false unless precision is fp8 or fp4")
+    if precision not in ("fp8", "fp4") and "fp8_activations" in axes and any(
+            v != "none" for v in grid.axis_values("fp8_activations", axes["fp8_activations"])):
+        # Transformer Engine keeps a linear layer's input in FP8 only inside FP8 autocast
+        raise SnlabError("fp8_activations", f"{axes['fp8_activations']!r} with precision {precision}",
+                         "none unless precision is fp8 or fp4")
     hw = hardware(system, precision)
     if found is not None:
         g, labels = _one_plan(found)
