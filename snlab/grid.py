@@ -296,6 +296,42 @@ def first_broken(conditions: Sequence) -> np.ndarray:
     return first
 
 
+def axis_items(value) -> list:
+    """The values of an axis as a flat list (a scalar is an axis of one value); ``None``
+    entries, which leave a field at its default, dropped."""
+    if isinstance(value, (str, bytes)) or np.ndim(value) == 0:
+        value = [value]
+    return [v for v in np.ravel(np.asarray(value, dtype=object)).tolist() if v is not None]
+
+
+def moved(fields: Mapping, name: str, default) -> bool:
+    """Whether ``fields`` sets ``name`` away from ``default`` at some point of its axis."""
+    return name in fields and any(v != default for v in axis_items(fields[name]))
+
+
+def everywhere(fields: Mapping, name: str, default, test: Callable) -> bool:
+    """Whether ``test`` holds for every value of ``name``'s axis (``default`` when
+    ``fields`` leaves it out): a field it guards is then read at no point of the grid."""
+    values = axis_items(fields[name]) if name in fields else []
+    return all(test(v) for v in (values or [default]))
+
+
+def fails_everywhere(check: Callable, combinations: Sequence) -> None:
+    """Run ``check`` on each combination (of model, system, ...); raise the first one's
+    :class:`SnlabError` only when it raises for every combination, so that a field a
+    sweep reads for one model of its list is not refused for another."""
+    first = None
+    for combination in combinations:
+        try:
+            check(*combination)
+        except SnlabError as error:
+            first = first or error
+        else:
+            return
+    if first is not None:
+        raise first
+
+
 def nearest(x):
     """``numpy.round(x)``: the nearest whole number, halves to even, keeping the sign
     (-0.4 gives -0.0); a finite float64 scalar without a numpy call."""

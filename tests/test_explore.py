@@ -367,6 +367,19 @@ def test_bad_input_is_one_line_naming_the_field(kwargs, message):
     assert "\n" not in str(info.value)
 
 
+def test_a_field_no_point_of_the_space_reads_is_refused_before_any_chunk():
+    """As the sweeps, explore refuses a field read nowhere in its space (a dense model's
+    expert settings) and keeps one some point reads (ep 1 and 2 with an imbalance)."""
+    with pytest.raises(SnlabError, match="^capacity_factor: .*no routed experts"):
+        snlab.explore("llama3-8b", "dgx-h100", dp=[4, 8], global_batch=64, capacity_factor=[1.0, 1.25], progress=False)
+    with pytest.raises(SnlabError, match="^expert_imbalance: .*ep 1"):
+        snlab.explore("mixtral-8x7b", "dgx-h100", kind="serve", tp=2, ep=1, batch=[8, 16], prompt_len=100,
+                      output_len=10, expert_imbalance=1.2, progress=False)
+    kept = snlab.explore("mixtral-8x7b", "dgx-h100", kind="serve", tp=2, ep=[1, 2], batch=[8, 16], prompt_len=100,
+                         output_len=10, expert_imbalance=1.2, progress=False)
+    assert kept.rows == 4
+
+
 # --- the spec and the command ---------------------------------------------------------------
 
 def test_ranges_read_units_round_counts_and_keep_each_value_once():

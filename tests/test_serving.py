@@ -186,6 +186,26 @@ def test_the_fields_pass_where_they_are_read():
     serve("llama3-70b", "gb200-nvl72", tp=4, pool_share=0.5, **base)
 
 
+def test_a_sweep_refuses_a_field_no_point_of_it_reads():
+    """A sweep checks a field against its whole grid: refused when no point reads it (a
+    dense model, every ep 1), kept when some point does (one ep above 1, one MoE model
+    of a list), so that a sweep is not a silent no-op and not stricter than its rows."""
+    base = dict(prompt_len=100, output_len=10, batch=[8, 16])
+    for kw, field in [(dict(tp=2, ep=[1], expert_imbalance=[1.0, 1.3]), "expert_imbalance"),
+                      (dict(acceptance=[0.6, 0.9], draft_tokens=[0]), "acceptance"),
+                      (dict(tp=2, ep=2, microbatches=1, ep_overlap=[0.5, 0.8]), "ep_overlap")]:
+        with pytest.raises(SnlabError) as info:
+            serve_sweep("mixtral-8x7b", "dgx-h100", **{**base, **kw})
+        assert info.value.field == field and "allowed" in str(info.value)
+    with pytest.raises(SnlabError, match="no memory pool"):
+        serve_sweep("llama3-8b", "dgx-h100", pool_share=[0.5, 1.0], **base)
+    df = serve_sweep("mixtral-8x7b", "dgx-h100", tp=2, ep=[1, 2], expert_imbalance=1.3, **base)
+    assert len(df) == 4
+    df = serve_sweep(["llama3-8b", "mixtral-8x7b"], "dgx-h100", tp=2, ep=2, expert_imbalance=1.3, **base)
+    assert set(df.model) == {"llama3-8b", "mixtral-8x7b"}
+    assert len(serve_sweep("llama3-8b", "dgx-h100", draft_tokens=[0, 1], acceptance=0.9, **base)) == 4
+
+
 def test_expert_imbalance_weighs_only_an_expert_parallel_deployment():
     """With ep 1 each device holds a tensor slice of every expert and computes its share
     of every token, so the routing's skew slows no device more than another; with ep 2
@@ -259,7 +279,7 @@ def test_a_field_its_scenario_does_not_read_is_named(kw, field):
 
 
 def test_a_sweep_names_every_field_it_swept():
-    df = serve_sweep("llama3-8b", "hgx-h200", prompt_len=128, output_len=128, batch=8, hbm_utilization=[0.5, 0.9],
+    df = serve_sweep("llama3-8b", "gb200-nvl72", prompt_len=128, output_len=128, batch=8, hbm_utilization=[0.5, 0.9],
                      pool_share=[0.2, 1.0])
     assert df[["hbm_utilization", "pool_share"]].values.tolist() == [[0.5, 0.2], [0.5, 1.0], [0.9, 0.2], [0.9, 1.0]]
     assert "ep_overlap" not in df                    # unset: each regime's own measured default

@@ -395,6 +395,24 @@ def test_a_field_the_plan_never_reads_is_refused(model, plan, field, phrase):
     snlab.train(model, "dgx-h100", **{**base, field: pl.DEFAULTS[field]})
 
 
+def test_a_sweep_refuses_a_plan_field_no_point_of_it_reads():
+    """As train, a sweep refuses a field read at no point of its grid, and keeps it when
+    some point reads it (an ep above 1, a MoE model in its list, interleave above 1)."""
+    base = dict(dp=[8], global_batch=64)
+    for model, kw, field in [("llama3-8b", dict(capacity_factor=[1.0, 1.25]), "capacity_factor"),
+                             ("mixtral-8x7b", dict(tp=8, dp=1, ep=[1], expert_imbalance=[1.2]), "expert_imbalance"),
+                             ("llama3-8b", dict(interleave=[1], chunk_overhead_s=[1e-3]), "chunk_overhead_s"),
+                             ("llama3-8b", dict(offload=["none", "optimizer"], offload_layers=2), "offload_layers")]:
+        with pytest.raises(SnlabError) as info:
+            snlab.sweep(model, "dgx-h100", **{**base, **kw})
+        assert info.value.field == field and "allowed" in str(info.value)
+    df = snlab.sweep(["llama3-8b", "mixtral-8x7b"], "dgx-h100", tp=1, dp=8, ep=[1, 8], global_batch=64,
+                     expert_imbalance=1.2)
+    assert set(df.model) == {"llama3-8b", "mixtral-8x7b"}
+    assert len(snlab.sweep("llama3-8b", "dgx-h100", dp=8, global_batch=64, offload=["none", "activations"],
+                           offload_layers=2)) == 2
+
+
 def test_the_plan_fields_pass_where_they_are_read():
     moe = dict(tp=1, dp=8, ep=8, global_batch=64)
     even = snlab.train("mixtral-8x7b", "dgx-h100", expert_imbalance=1.0, **moe).step_time_s

@@ -118,6 +118,8 @@ def _axes(k, specs: list, axes: dict, devices):
         got = check_axis(k, *specs[0], {**base, name: dims[name]}, name, devices)
         if name == "overlap":
             labels = got
+    # a field no point of the whole space reads is refused, as by the sweeps
+    grid.fails_everywhere(lambda m, s, p: k.check_read(m, s, axes), specs)
     return values, dims, singles, labels
 
 

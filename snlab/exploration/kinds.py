@@ -83,6 +83,10 @@ class Training:
         _, _, labels = p.build_grid(model, system, axes, precision)
         return labels
 
+    def check_read(self, model, system, axes: dict) -> None:
+        """Refuse a plan field no point of the grid reads, as :func:`snlab.sweep` does."""
+        self.planner.pl.check_read(model, axes)
+
     def evaluate(self, cache: dict, model, system, precision, axes: dict, devices) -> Evaluated:
         p = self.planner
         from ..sizing import model_sizes
@@ -158,6 +162,10 @@ class Serving:
             raise SnlabError("devices", "given for serving", "none: a deployment's devices are tp x pp x dp")
         self.planner.build_grid(model, system, axes)
         return {}
+
+    def check_read(self, model, system, axes: dict) -> None:
+        """Refuse a deployment field no point of the grid reads, as :func:`snlab.serve_sweep` does."""
+        self.planner.dp_.check_read(model, system, axes)
 
     def evaluate(self, cache: dict, model, system, precision, axes: dict, devices) -> Evaluated:
         p = self.planner

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SnlabError
+from .. import grid
 from ..grid import first_broken, maximum, nearest, whole
 from ..hardware import DTYPE_BYTES
 from ..units import GIB
@@ -157,36 +158,41 @@ def check_read(model, system, deployment: dict) -> None:
     without expert parallelism (a dense model, or ``ep`` 1, where every device computes
     its share of every expert), ``acceptance`` with no draft tokens, ``ep_overlap``
     without an expert all-to-all to hide behind a second micro-batch, ``pool_share`` on
-    a system with no memory pool or with the KV cache kept in HBM."""
-    given = {k: v for k, v in deployment.items() if v is not None and np.ndim(v) == 0}
+    a system with no memory pool or with the KV cache kept in HBM. A field or its
+    condition may be an axis of a sweep: the error is raised when no point of the grid
+    reads the field."""
+    dep = {k: v for k, v in deployment.items() if v is not None}
 
-    def value(name):
-        return given.get(name, DEFAULTS[name])
+    def moved(name):
+        return grid.moved(dep, name, DEFAULTS[name])
 
-    if "expert_imbalance" in given and given["expert_imbalance"] != DEFAULTS["expert_imbalance"]:
+    def always(name, test):
+        return grid.everywhere(dep, name, DEFAULTS[name], test)
+
+    if moved("expert_imbalance"):
         if model.moe is None:
-            raise SnlabError("expert_imbalance", f"got {given['expert_imbalance']!r} for {model.name}, which has "
+            raise SnlabError("expert_imbalance", f"got {dep['expert_imbalance']!r} for {model.name}, which has "
                              "no routed experts", "leave it out; it weighs the busiest device of a MoE model's "
                              "expert parallelism")
-        if value("ep") == 1:
-            raise SnlabError("expert_imbalance", f"got {given['expert_imbalance']!r} with ep 1, where every device "
+        if always("ep", lambda v: v == 1):
+            raise SnlabError("expert_imbalance", f"got {dep['expert_imbalance']!r} with ep 1, where every device "
                              "computes its share of every expert", "ep > 1 with it, or leave it out")
-    if "acceptance" in given and given["acceptance"] != DEFAULTS["acceptance"] and value("draft_tokens") == 0:
-        raise SnlabError("acceptance", f"got {given['acceptance']!r} with draft_tokens 0, which drafts nothing to "
+    if moved("acceptance") and always("draft_tokens", lambda v: v == 0):
+        raise SnlabError("acceptance", f"got {dep['acceptance']!r} with draft_tokens 0, which drafts nothing to "
                          "accept", "draft_tokens >= 1 with it, or leave it out")
-    if "ep_overlap" in given:
-        if value("microbatches") == 1:
-            raise SnlabError("ep_overlap", f"got {given['ep_overlap']!r} with microbatches 1: the expert all-to-all "
+    if grid.axis_items(dep.get("ep_overlap")):
+        if always("microbatches", lambda v: v == 1):
+            raise SnlabError("ep_overlap", f"got {dep['ep_overlap']!r} with microbatches 1: the expert all-to-all "
                              "hides only behind a second micro-batch", "microbatches=2 with it, or leave it out")
-        if value("ep") == 1:
-            raise SnlabError("ep_overlap", f"got {given['ep_overlap']!r} with ep 1, which has no expert all-to-all "
+        if always("ep", lambda v: v == 1):
+            raise SnlabError("ep_overlap", f"got {dep['ep_overlap']!r} with ep 1, which has no expert all-to-all "
                              "to hide", "ep > 1 with it, or leave it out")
-    if "pool_share" in given and given["pool_share"] != DEFAULTS["pool_share"]:
+    if moved("pool_share"):
         if system.pool is None:
-            raise SnlabError("pool_share", f"got {given['pool_share']!r} on {system.name}, which has no memory pool",
+            raise SnlabError("pool_share", f"got {dep['pool_share']!r} on {system.name}, which has no memory pool",
                              "leave it out, or a system with one (cloudmatrix384, gb200-nvl72, ...)")
-        if value("kv_offload") == "hbm":
-            raise SnlabError("pool_share", f"got {given['pool_share']!r} with kv_offload 'hbm', which keeps the KV "
+        if always("kv_offload", lambda v: v == "hbm"):
+            raise SnlabError("pool_share", f"got {dep['pool_share']!r} with kv_offload 'hbm', which keeps the KV "
                              "cache out of the pool", "kv_offload='auto' with it, or leave it out")
 
 

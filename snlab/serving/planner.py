@@ -411,9 +411,11 @@ def serve_sweep(model, system, *, cooling=None, pue=None, prices=None, **axes):
     specs = {"model": grid.axis_values("model", model), "system": grid.axis_values("system", system)}
     # the whole product counts: lists of models and systems multiply the grid
     grid.check_size({**specs, **{k: grid.axis_values(k, v) for k, v in axes.items()}})
+    pairs = [_resolve(m_spec, s_spec) for m_spec, s_spec in itertools.product(*specs.values())]
+    # a field no point of the sweep reads is refused, as by serve
+    grid.fails_everywhere(lambda m, s: dp_.check_read(m, s, axes), pairs)
     frames = []
-    for m_spec, s_spec in itertools.product(*specs.values()):
-        m, s = _resolve(m_spec, s_spec)
+    for m, s in pairs:
         s, ratio, price = power_options(s, cooling, pue, prices, "sustained_clock" in axes)
         g, hw, broken, out = evaluate(m, s, axes, price, ratio)
         frames.append(_frame(m, s, g, hw, broken, out))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SnlabError
+from .. import grid
 from ..grid import finite, first_broken, maximum, minimum, rounded, show
 from . import stages
 from .. import kernel as _kernel
@@ -139,11 +140,15 @@ def check_read(model, plan: dict) -> None:
     (``expert_imbalance``, ``capacity_factor``, ``ep_dispatcher``) for a dense model or
     without expert parallelism (``ep`` 1: every device computes its share of every
     expert and there is no all-to-all), ``offload_layers`` without activation offload,
-    ``chunk_overhead_s`` without interleaved stages."""
-    given = {k: v for k, v in plan.items() if v is not None and np.ndim(v) == 0}
+    ``chunk_overhead_s`` without interleaved stages. A field or its condition may be an
+    axis of a sweep: the error is raised when no point of the grid reads the field."""
+    given = {k: v for k, v in plan.items() if v is not None}
 
     def moved(name):
-        return name in given and given[name] != DEFAULTS[name]
+        return grid.moved(given, name, DEFAULTS[name])
+
+    def always(name, test):
+        return grid.everywhere(given, name, DEFAULTS[name], test)
 
     for name in ("expert_imbalance", "capacity_factor", "ep_dispatcher"):
         if not moved(name):
@@ -151,16 +156,17 @@ def check_read(model, plan: dict) -> None:
         if model.moe is None:
             raise SnlabError(name, f"got {given[name]!r} for {model.name}, which has no routed experts",
                              "leave it out; it sets a MoE model's expert parallelism")
-        if given.get("ep", DEFAULTS["ep"]) == 1:
+        if always("ep", lambda v: v == 1):
             raise SnlabError(name, f"got {given[name]!r} with ep 1, where every device computes its share of every "
                              "expert and no token crosses to another", "ep > 1 with it, or leave it out")
-    if moved("offload_layers") and given.get("offload", DEFAULTS["offload"]) not in ("activations", "both"):
+    if moved("offload_layers") and always("offload", lambda v: v not in ("activations", "both")):
         raise SnlabError("offload_layers", f"got {given['offload_layers']!r} with offload "
                          f"{given.get('offload', DEFAULTS['offload'])!r}, which keeps every activation on the device",
                          "offload='activations' or 'both' with it, or leave it out")
-    if moved("chunk_overhead_s") and given.get("interleave", DEFAULTS["interleave"]) == 1:
+    if moved("chunk_overhead_s") and always("interleave", lambda v: v == 1):
         raise SnlabError("chunk_overhead_s", f"got {given['chunk_overhead_s']!r} with interleave 1, which has no "
                          "extra pass through a virtual stage", "interleave > 1 with it, or leave it out")
+
 
 @dataclass(frozen=True)
 class Plan:

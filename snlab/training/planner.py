@@ -583,9 +583,11 @@ def sweep(model, system, *, precision="bf16", devices=None, cooling=None, pue=No
              "precision": grid.axis_values("precision", precision)}
     # the whole product counts: lists of models, systems and precisions multiply the grid
     grid.check_size({**specs, **{k: grid.axis_values(k, v) for k, v in axes.items()}})
+    combinations = [(*_resolve(m_spec, s_spec), prec) for m_spec, s_spec, prec in itertools.product(*specs.values())]
+    # a field no point of the sweep reads is refused, as by train
+    grid.fails_everywhere(lambda m, s, prec: pl.check_read(m, axes), combinations)
     frames = []
-    for m_spec, s_spec, prec in itertools.product(*specs.values()):
-        m, s = _resolve(m_spec, s_spec)
+    for m, s, prec in combinations:
         s, ratio, price = power_options(s, cooling, pue, prices, "sustained_clock" in axes)
         g, hw, labels, broken, out = evaluate(m, s, axes, prec, devices, price, ratio)
         frames.append(_frame(m, s, prec, g, labels, broken, out, hw))
