@@ -47,7 +47,8 @@ class Prices:
                     or not low <= value <= high:
                 raise SnlabError(f"prices.{name}", f"got {value!r}", allowed)
         if not (self.device_hour or self.capex or self.kwh):
-            raise SnlabError("prices", "no price given", "device_hour, capex (with years) or kwh")
+            raise SnlabError("prices", "device_hour, capex and kwh are all 0, a cost of nothing",
+                             "device_hour, capex (with years) or kwh, one of them above 0")
 
     def inputs(self) -> dict:
         """The inputs of :data:`snlab.walls.power.cost_rate` in SI units ($/s, $, s, $/J)."""
@@ -78,6 +79,8 @@ def prices(spec=None, **given) -> Prices | None:
     bad = [k for k in fields if k not in Prices.__dataclass_fields__]
     if bad:
         raise SnlabError(f"prices.{bad[0]}", "no such price", ", ".join(Prices.__dataclass_fields__))
+    if not {"device_hour", "capex", "kwh"} & set(fields):
+        raise SnlabError("prices", "no price given", "device_hour, capex (with years) or kwh")
     return Prices(**fields)
 
 

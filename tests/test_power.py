@@ -164,6 +164,7 @@ def test_pue_and_cooling_change_what_they_should():
     (dict(cooling="water"), "cooling: got 'water'"), (dict(pue=0.9), "pue: got 0.9"),
     (dict(prices={"kwh": -1}), "prices.kwh: got -1"), (dict(prices={"dollars": 1}), "prices.dollars: no such price"),
     (dict(prices={}), "prices: no price given"), (dict(prices="cheap"), "prices: got 'cheap'"),
+    (dict(prices={"device_hour": 0}), "prices: device_hour, capex and kwh are all 0"),
     (dict(prices={"device_hour": 1, "utilisation": 0}), "prices.utilisation"),
     (dict(prices={"capex": 1e5, "years": 100}), "prices.years"),
 ])
@@ -267,6 +268,7 @@ def test_json_gives_cost_with_prices(capsys):
     (["--kwh-price", "x"], "kwh_price: got 'x'"),
     (["--prices", "example", "--kwh-price", "0.1"], "prices: --prices example with kwh"),
     (["--years", "4"], "prices: no price given"),
+    (["--device-hour-price", "0"], "prices: device_hour, capex and kwh are all 0"),
     (["--cooling", "air", "--system-x"], "unrecognized arguments"),
 ])
 def test_cli_power_flags_fail_in_one_line(flags, message, capsys):

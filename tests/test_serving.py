@@ -138,6 +138,22 @@ def test_best_batch_under_a_tpot_target():
         serve_best("deepseek-v3", "cloudmatrix384", tpot_target="1 us", **dep)
 
 
+def test_a_best_batch_of_a_deployment_that_never_fits_says_why_not_which_target():
+    """Weights that fit at no batch are the deployment's error, with the reason, not a
+    target that the steps which do not fit would meet; a target no fitting step meets
+    names the fastest that fits."""
+    dep = dict(prompt_len=1000, output_len=100, tpot_target=1.0)
+    for kw in (dict(tp=1), dict(tp=1, scenario="offline", requests=100)):
+        with pytest.raises(SnlabError) as info:
+            serve_best("llama3-70b", "dgx-h100", **{**dep, **kw})
+        assert info.value.field == "deployment" and "weights need 141 GB" in str(info.value)
+    with pytest.raises(SnlabError, match="^tpot_target: .*fastest step that fits gives ([0-9.]+) ms") as info:
+        serve_best("llama3-70b", "dgx-h100", **{**dep, "tp": 8, "tpot_target": 0.001})
+    fastest = float(info.value.args[0].split("gives ")[1].split(" ms")[0]) / 1e3
+    assert serve("llama3-70b", "dgx-h100", tp=8, batch=1, prompt_len=1000, output_len=100).tpot_s == \
+        pytest.approx(fastest, rel=1e-2)
+
+
 @pytest.mark.parametrize("kw, field", [
     (dict(tp=3), "tp"),
     (dict(dp=2, batch=3), "batch"),

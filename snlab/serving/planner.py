@@ -482,14 +482,18 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
         g, hw, broken, out = evaluate(m, s, {**deployment, field: batches})
         tpot = out["offline_tpot_s"] if offline else out["tpot_s"]
         rate = out["offline_tokens_per_s_per_device"] if offline else out["decode_tokens_per_s_per_device"]
-        ok = (broken < 0) & out["fits"].astype(bool) & (tpot <= tpot_target)
-        return np.where(ok, rate, -np.inf), np.where(broken < 0, tpot, np.nan)
+        fits = (broken < 0) & out["fits"].astype(bool)
+        return np.where(fits & (tpot <= tpot_target), rate, -np.inf), np.where(fits, tpot, np.inf)
 
     rate, tpot = score(candidates)
     if not np.isfinite(rate).any():
-        fastest = np.nanmin(tpot)
-        raise SnlabError("tpot_target", f"no {field} meets {tpot_target * 1e3:.3g} ms; the fastest step gives "
-                         f"{fastest * 1e3:.3g} ms per output token", f"a target above {fastest * 1e3:.3g} ms")
+        if not np.isfinite(tpot).any():    # no candidate fits: no target would help
+            raise SnlabError("deployment", f"no {field} fits: {first.reason}",
+                             "more devices per replica (tp, pp), smaller weights (weight_dtype) or KV cache "
+                             "(kv_dtype), or a system with more memory")
+        fastest = tpot.min()
+        raise SnlabError("tpot_target", f"no {field} meets {tpot_target * 1e3:.3g} ms; the fastest step that fits "
+                         f"gives {fastest * 1e3:.3g} ms per output token", f"a target above {fastest * 1e3:.3g} ms")
     k = int(np.argmax(rate))
     low, high = candidates[max(k - 1, 0)], candidates[min(k + 1, len(candidates) - 1)]
     fine = _whole(np.arange(low, high + unit, max(unit, np.ceil((high - low) / unit / 2048) * unit)), unit, top)
