@@ -375,6 +375,9 @@ def test_a_field_no_point_of_the_space_reads_is_refused_before_any_chunk():
     with pytest.raises(SnlabError, match="^expert_imbalance: .*ep 1"):
         snlab.explore("mixtral-8x7b", "dgx-h100", kind="serve", tp=2, ep=1, batch=[8, 16], prompt_len=100,
                       output_len=10, expert_imbalance=1.2, progress=False)
+    with pytest.raises(SnlabError, match="^kv_fraction: .*scenario 'fixed'"):
+        snlab.explore("llama3-8b", "dgx-h100", kind="serve", batch=[8, 16], prompt_len=100, output_len=10,
+                      kv_fraction=0.5, progress=False)
     kept = snlab.explore("mixtral-8x7b", "dgx-h100", kind="serve", tp=2, ep=[1, 2], batch=[8, 16], prompt_len=100,
                          output_len=10, expert_imbalance=1.2, progress=False)
     assert kept.rows == 4

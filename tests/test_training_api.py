@@ -387,8 +387,8 @@ UNREAD = [  # (model, plan, field, phrase): a field given where the plan never r
 @pytest.mark.parametrize("model, plan, field, phrase", UNREAD, ids=[f"{m}-{f}-{i}" for i, (m, _, f, _) in
                                                                      enumerate(UNREAD)])
 def test_a_field_the_plan_never_reads_is_refused(model, plan, field, phrase):
-    """Away from its default where nothing reads it, a field is an error naming it;
-    at its default it passes, and where the plan reads it, it changes the result."""
+    """Away from its default where nothing reads it, a field is an error naming it; at
+    its default it passes (where it is read, the next test shows it changes the result)."""
     base = dict(global_batch=64, **plan)
     err = _train_error(model, base)
     assert err.field == field and phrase in str(err) and "allowed" in str(err)
@@ -791,6 +791,9 @@ def test_search_honours_the_overlap_it_is_given():
     (dict(devices=64, micro_batch=[1, 2.5]), "micro_batch"),
     (dict(devices=64, micro_batch=4096), "micro_batch"),         # above the global batch
     (dict(devices=64, interleave=0), "interleave"),
+    (dict(devices=64, interleave=66), "interleave"),             # pp x interleave above 128 layers + 2 at pp 2
+    (dict(devices=64, expert_imbalance=1.3), "expert_imbalance"),  # fields no plan of the search reads
+    (dict(devices=64, offload_layers=2), "offload_layers"),
 ])
 def test_impossible_searches_are_clear_errors(kw, field):
     kw = dict(dict(global_batch=3072), **kw)
@@ -844,6 +847,10 @@ def test_recomputation_by_module_names():
             snlab.sweep("llama3-8b", "dgx-h100", dp=8, global_batch=8, fp8_activations=kept)
     none = snlab.train("llama3-8b", "dgx-h100", dp=8, global_batch=8, fp8_activations="none")
     assert none.plan["fp8_activations"] == "none"
+    # None, the default, is the precision's own choice: none under bf16, wherever it is given
+    left = snlab.train("llama3-8b", "dgx-h100", dp=8, global_batch=8, fp8_activations=None)
+    assert left.plan["fp8_activations"] == "none" and left.step_time_s == none.step_time_s
+    assert len(snlab.search("llama3-8b", "dgx-h100", devices=8, global_batch=8, fp8_activations=None, top=1)) == 1
     with pytest.raises(snlab.SnlabError, match="expert_tp"):
         snlab.train("qwen3-30b-a3b", "dgx-h100", tp=2, dp=4, ep=8, expert_tp=3, global_batch=8)
 

@@ -165,6 +165,7 @@ class Serving:
 
     def check_read(self, model, system, axes: dict) -> None:
         """Refuse a deployment field no point of the grid reads, as :func:`snlab.serve_sweep` does."""
+        self.planner.dp_.check_scenario(axes)
         self.planner.dp_.check_read(model, system, axes)
 
     def evaluate(self, cache: dict, model, system, precision, axes: dict, devices) -> Evaluated:

@@ -128,28 +128,29 @@ def check_scenario(deployment: dict) -> None:
     that it is not silently ignored: an offline field (:data:`OFFLINE_ONLY`) set away from
     its default in the fixed scenario; in the offline one ``batch`` (its engine picks the
     sequences in flight, ``max_sequences`` bounds them), ``context`` (its sequences grow
-    from prompt to prompt + output) or a field of :data:`FIXED_ONLY` away from its default."""
-    given = {k: v for k, v in deployment.items() if v is not None and np.ndim(v) == 0}   # lists: their own error
-    scenario = given.get("scenario", "fixed")
-    if scenario == "offline":
-        if "batch" in given:
-            raise SnlabError("batch", f"got {given['batch']!r} with scenario 'offline', which keeps as many "
-                             "sequences in flight as its engine limits and KV cache allow",
-                             "no batch; max_sequences bounds the sequences in flight per replica")
-        if "context" in given:
-            raise SnlabError("context", f"got {given['context']!r} with scenario 'offline', whose sequences "
-                             "grow from their prompt to prompt + output", "no context; prompt_len and output_len")
+    from prompt to prompt + output) or a field of :data:`FIXED_ONLY` away from its default.
+    A field or the scenario may be an axis of a sweep: the error is raised when no point of
+    the grid reads the field."""
+    dep = {k: v for k, v in deployment.items() if v is not None}
+    scenarios = grid.axis_items(dep.get("scenario", DEFAULTS["scenario"])) or [DEFAULTS["scenario"]]
+    if not all(isinstance(v, str) and v in SCENARIOS for v in scenarios):
+        return                          # a scenario that is neither: its own rule reports it
+    if set(scenarios) == {"offline"}:
+        for name, instead in (("batch", "no batch; max_sequences bounds the sequences in flight per replica"),
+                              ("context", "no context; prompt_len and output_len")):
+            if grid.axis_items(dep.get(name)):
+                why = ("which keeps as many sequences in flight as its engine limits and KV cache allow"
+                       if name == "batch" else "whose sequences grow from their prompt to prompt + output")
+                raise SnlabError(name, f"got {dep[name]!r} with scenario 'offline', {why}", instead)
         for name, instead in FIXED_ONLY.items():
-            if name in given and given[name] != DEFAULTS[name]:
-                raise SnlabError(name, f"got {given[name]!r} with scenario 'offline', which does not read it",
+            if grid.moved(dep, name, DEFAULTS[name]):
+                raise SnlabError(name, f"got {dep[name]!r} with scenario 'offline', which does not read it",
                                  f"leave it out; {instead}")
-        return
-    if scenario != "fixed":             # a scenario that is neither: its own rule reports it
-        return
-    for name in OFFLINE_ONLY:
-        if name in given and given[name] != DEFAULTS[name]:
-            raise SnlabError(name, f"got {given[name]!r} with scenario 'fixed', which does not read it",
-                             "scenario='offline' for a run of requests queued at once, or leave it out")
+    if set(scenarios) == {"fixed"}:
+        for name in OFFLINE_ONLY:
+            if grid.moved(dep, name, DEFAULTS[name]):
+                raise SnlabError(name, f"got {dep[name]!r} with scenario 'fixed', which does not read it",
+                                 "scenario='offline' for a run of requests queued at once, or leave it out")
 
 
 def check_read(model, system, deployment: dict) -> None:

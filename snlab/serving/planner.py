@@ -413,6 +413,7 @@ def serve_sweep(model, system, *, cooling=None, pue=None, prices=None, **axes):
     grid.check_size({**specs, **{k: grid.axis_values(k, v) for k, v in axes.items()}})
     pairs = [_resolve(m_spec, s_spec) for m_spec, s_spec in itertools.product(*specs.values())]
     # a field no point of the sweep reads is refused, as by serve
+    dp_.check_scenario(axes)
     grid.fails_everywhere(lambda m, s: dp_.check_read(m, s, axes), pairs)
     frames = []
     for m, s in pairs:

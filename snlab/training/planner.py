@@ -217,7 +217,7 @@ def _grid(model: Model, system: System, axes: dict, precision: str = "bf16"):
     if precision not in ("fp8", "fp4") and any(bool(v) for v in grid.axis_values("fp8_params", merged["fp8_params"])):
         raise SnlabError("fp8_params", f"true with precision {precision}", "false unless precision is fp8 or fp4")
     if precision not in ("fp8", "fp4") and "fp8_activations" in axes and any(
-            v != "none" for v in grid.axis_values("fp8_activations", axes["fp8_activations"])):
+            v != "none" for v in grid.axis_items(axes["fp8_activations"])):   # None: the precision's own
         # Transformer Engine keeps a linear layer's input in FP8 only inside FP8 autocast
         raise SnlabError("fp8_activations", f"{axes['fp8_activations']!r} with precision {precision}",
                          "none unless precision is fp8 or fp4")
@@ -634,12 +634,16 @@ def search_space(model: Model, devices: int, global_batch: int, **fixed):
     if not rows:
         raise SnlabError("devices", f"no tp x pp x dp x cp = {devices} fits the model", "another device count")
     base = np.asarray(rows, dtype=float)
-    for name in ("micro_batch", "interleave"):   # a given axis that no plan can take is the caller's error
+    # a given axis that no plan can take is the caller's error: a micro-batch above the global
+    # batch, or more virtual stages than two pipeline stages can hold (pp x interleave at most
+    # the layers + 2, interleaving needing pp >= 2)
+    most = {"micro_batch": (global_batch, f"at most the global batch, {global_batch:,}"),
+            "interleave": ((model.layers + 2) // 2, f"at most {(model.layers + 2) // 2} for {model.layers} layers "
+                                                    "(pp x interleave at most the layers + 2, with pp >= 2)")}
+    for name, (top, words) in most.items():
         if name in fixed:
             for x in grid.axis_values(name, fixed[name]):
-                grid.whole_number(name, x, 1, global_batch if name == "micro_batch" else model.layers,
-                                  f"{pl.ALLOWED[name]}, at most "
-                                  f"{'global_batch' if name == 'micro_batch' else 'the layers'}")
+                grid.whole_number(name, x, 1, top, f"{pl.ALLOWED[name]}, {words}")
     options = {
         "micro_batch": fixed.pop("micro_batch", [1, 2, 4, 8, 16, 32, 64]),
         "interleave": fixed.pop("interleave", [1, 2, 3, 4, 6, 8]),
@@ -648,6 +652,8 @@ def search_space(model: Model, devices: int, global_batch: int, **fixed):
         "sequence_parallel": fixed.pop("sequence_parallel", [False, True]),
     }
     fixed.pop("ep", None)
+    # a field no plan of the space reads is refused, as by train and sweep
+    pl.check_read(model, {**fixed, **options, "ep": np.unique(base[:, 4]).tolist()})
     return base, options, fixed
 
 
