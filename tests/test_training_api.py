@@ -378,6 +378,7 @@ UNREAD = [  # (model, plan, field, phrase): a field given where the plan never r
     ("llama3-8b", dict(dp=8, ep_dispatcher="alltoall"), "ep_dispatcher", "no routed experts"),
     ("mixtral-8x7b", dict(tp=8, expert_imbalance=1.3), "expert_imbalance", "ep 1"),
     ("mixtral-8x7b", dict(tp=8, capacity_factor=1.25), "capacity_factor", "ep 1"),
+    ("llama3-8b", dict(dp=8, expert_tp=1), "expert_tp", "no routed experts"),
     ("llama3-8b", dict(dp=8, offload_layers=2), "offload_layers", "offload 'none'"),
     ("llama3-8b", dict(dp=8, offload="optimizer", offload_layers=2), "offload_layers", "offload 'optimizer'"),
     ("llama3-8b", dict(dp=8, chunk_overhead_s=1e-3), "chunk_overhead_s", "interleave 1"),

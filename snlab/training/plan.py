@@ -139,7 +139,8 @@ def check_read(model, plan: dict) -> None:
     never reads, so that it is not silently ignored: the experts' settings
     (``expert_imbalance``, ``capacity_factor``, ``ep_dispatcher``) for a dense model or
     without expert parallelism (``ep`` 1: every device computes its share of every
-    expert and there is no all-to-all), ``offload_layers`` without activation offload,
+    expert and there is no all-to-all), ``expert_tp`` for a dense model,
+    ``offload_layers`` without activation offload,
     ``chunk_overhead_s`` without interleaved stages. A field or its condition may be an
     axis of a sweep: the error is raised when no point of the grid reads the field."""
     given = {k: v for k, v in plan.items() if v is not None}
@@ -159,6 +160,9 @@ def check_read(model, plan: dict) -> None:
         if always("ep", lambda v: v == 1):
             raise SnlabError(name, f"got {given[name]!r} with ep 1, where every device computes its share of every "
                              "expert and no token crosses to another", "ep > 1 with it, or leave it out")
+    if moved("expert_tp") and model.moe is None:
+        raise SnlabError("expert_tp", f"got {given['expert_tp']!r} for {model.name}, which has no routed experts",
+                         "leave it out; it splits a MoE model's experts by tensor parallelism")
     if moved("offload_layers") and always("offload", lambda v: v not in ("activations", "both")):
         raise SnlabError("offload_layers", f"got {given['offload_layers']!r} with offload "
                          f"{given.get('offload', DEFAULTS['offload'])!r}, which keeps every activation on the device",
