@@ -23,8 +23,9 @@ kernel-level measurement, named in the device and system presets:
 Without a captured graph each kernel waits for the host to launch it
 (``launch_overhead``). The host's own work for a step (scheduling, batch assembly) runs
 while the previous step executes on today's engines (SGLang's zero-overhead batch
-scheduler, TensorRT-LLM's overlap scheduler, vLLM's async scheduling), so it costs the
-step nothing unless the deployment says otherwise (``host_step_s``).
+scheduler, TensorRT-LLM's overlap scheduler; vLLM's async scheduling only where it is
+switched on, --async-scheduling), so it costs the step nothing unless the deployment says
+otherwise (``host_step_s``).
 """
 
 from __future__ import annotations
