@@ -180,3 +180,45 @@ def test_mtp_draft_reads_the_output_head_once_more():
     assert np.isclose(sum(one.time_s[p] for p in ("dense", "experts", "attention", "fixed", "elementwise", "sampling",
                                                   "tp", "ep", "pp")),
                       one.decode_step_s, rtol=1e-9)
+
+
+# aiter's tuned 8-bit GEMM table on an MI300X (gfx942, 304 CUs; aiter/configs/
+# a8w8_bpreshuffle_tuned_gemm.csv at 1ba09a4): M, N, K and the tuner's time in us
+AITER_MI300X = [(64, 1536, 5120, 16.7759), (256, 1536, 5120, 17.6791), (1024, 1536, 5120, 21.0125),
+                (1664, 1536, 5120, 27.6261), (4096, 1536, 5120, 63.8361), (64, 5120, 1280, 7.7424),
+                (256, 5120, 1280, 9.2104), (1024, 5120, 1280, 18.2637), (4096, 5120, 1280, 58.5804),
+                (16384, 5120, 1280, 195.4489)]
+
+
+def _gemm_time_mi300x(m, n, k):
+    """One 8-bit GEMM on the MI300X preset: the roofline at the isolated large-GEMM rate
+    (the in-training efficiency undone by the 0.863 of Korthikanti Table 4) times the
+    occupancy, or the bytes at the measured HBM fraction, plus the kernel's fixed time."""
+    from snlab.walls import compute as cw
+    d = device("mi300x")
+    rate = d.peak("fp8") * d.gemm_efficiency_at("fp8") / 0.863
+    occ = float(cw.gemm_occupancy(gemm_m=m, gemm_n=n, gemm_half_elements=d.gemm_half_elements_at("fp8")))
+    return max(2.0 * m * n * k / (rate * occ), (m * k + k * n + 2 * m * n) / (d.memory_efficiency * d.hbm_bandwidth)) \
+        + d.kernel_floor
+
+
+def test_mi300x_fp8_gemm_rate_is_amd_s_max_achievable_flops():
+    """AMD's MAF table (hipblaslt-bench): 1273 TFLOP/s FP8 on an MI300X, a lower fraction of
+    its peak than BF16's 708 of 1307.4."""
+    d = device("mi300x")
+    assert d.peak("fp8") * d.gemm_efficiency_at("fp8") / 0.863 == pytest.approx(1273e12, rel=0.002)
+    assert d.gemm_efficiency_at("fp8") < 708 / 1307.4 * 0.863
+
+
+@pytest.mark.parametrize("m, n, k, measured_us", AITER_MI300X)
+def test_mi300x_decode_shape_gemms_match_aiter_s_table(m, n, k, measured_us):
+    """Its occupancy constant fits the table's 32 shapes at 12% rms; every shape within 31%."""
+    assert _gemm_time_mi300x(m, n, k) == pytest.approx(measured_us * US, rel=0.31)
+
+
+def test_mi300x_small_batch_gemms_run_below_their_weights_read():
+    """With 304 CUs to fill, a GEMM of a few tokens is slower than reading its weights:
+    the reason the 70B's step at one sequence is not the weight stream alone."""
+    d = device("mi300x")
+    m, n, k = 4, 1280, 8192
+    assert _gemm_time_mi300x(m, n, k) - d.kernel_floor > 2 * (k * n) / (d.memory_efficiency * d.hbm_bandwidth)
