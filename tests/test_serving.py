@@ -138,6 +138,18 @@ def test_best_batch_under_a_tpot_target():
         serve_best("deepseek-v3", "cloudmatrix384", tpot_target="1 us", **dep)
 
 
+def test_a_best_batch_names_a_scenario_that_is_not_one_value():
+    """A grid or a bad value as the scenario is refused by its field, as serve refuses it;
+    the offline scenario's code reads as serve reads it (and asks for its requests)."""
+    kw = dict(tp=8, prompt_len=4096, output_len=256, tpot_target=0.05)
+    for scenario, field in ((np.array([[1, 2], [4, 8]]), "scenario"), (["offline", "fixed"], "scenario"),
+                            (2.5, "scenario"), (1, "requests"), ("offline", "requests")):
+        with pytest.raises(SnlabError) as info:
+            serve_best("llama3-8b", "dgx-h100", scenario=scenario, **kw)
+        assert info.value.field == field
+    assert serve_best("llama3-8b", "dgx-h100", scenario=0, **kw).deployment["scenario"] == "fixed"
+
+
 def test_a_best_batch_of_a_deployment_that_never_fits_says_why_not_which_target():
     """Weights that fit at no batch are the deployment's error, with the reason, not a
     target that the steps which do not fit would meet; a target no fitting step meets

@@ -455,7 +455,10 @@ def serve_best(model, system, *, tpot_target: float, max_batch: int | None = Non
         raise SnlabError("tpot_target", f"got {tpot_target!r}", "a time > 0 and at most an hour, e.g. 0.05 or '50 ms'")
     if max_batch is not None:
         max_batch = grid.whole_number("max_batch", max_batch, 1, 1e9, "a whole number of sequences from 1 to 1,000,000,000")
-    offline = deployment.get("scenario") == "offline"
+    scenario = deployment.get("scenario")
+    # "offline" or its code, as serve reads it; a grid or a bad value: serve names it
+    offline = scenario == "offline" if isinstance(scenario, str) else \
+        bool(grid.is_number(scenario) and scenario == dp_.SCENARIOS.index("offline"))
     if offline:
         if "max_sequences" in deployment:
             raise SnlabError("max_sequences", f"got {deployment['max_sequences']!r} with a tpot_target, which picks it",
