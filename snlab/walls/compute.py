@@ -176,7 +176,8 @@ gemm_occupancy = Formula(
     M / (M + sym.gemm_half_elements / Ng),
     "a saturating fit of GEMM rate against the tokens M: vLLM's kernel benchmarks (benchmarks/kernels/"
     "bench_fp8_gemm.py and bench_nvfp4_gemm.py, Llama-3.1-8B's N = 6144, K = 4096: pull requests 17126 on "
-    "H100, 18778 and 20646 on B200) fitted with the roofline, one c_g per device and precision",
+    "H100, 18778 and 20646 on B200) and aiter's tuned 8-bit GEMM table on MI300X, fitted with the roofline, "
+    "one c_g per device and precision",
     "Fraction of the large-GEMM rate an (M x K) by (K x N) GEMM reaches: with few tokens its "
     "M x N output fills too few tiles to keep every SM busy, so it runs at M / (M + c_g / N) "
     "of the rate large GEMMs reach (half at M N = c_g); lower precisions, with more work per "
