@@ -137,8 +137,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "constant 1.0 -> 2"): "guards a division by an empty domain; a torus's domain holds thousands of devices",
     ("snlab/serving/step.py", "utilization = used / maximum(hw.hbm_capacity, 1.0)",
      "constant 1.0 -> 2"): "guards a division by a device with no HBM; every device has gigabytes",
-    ("snlab/serving/step.py", "used = where(w.per_device <= room, kv_memory + w.per_device, maximum(room, 0.0))",
-     "constant 0.0 -> 1"): _BYTE,
+    ("snlab/serving/step.py", "used = where(w.per_device <= room, kv_memory + w.per_device, maximum(room, 1.0))",
+     "constant 1.0 -> 2"): "the floor of a device left no memory: one byte or two of some gigabytes, a fraction "
+                           "that fits nothing either way",
     ("snlab/serving/queueing.py", "self.counter = 0", "constant 0 -> 1"):
         "the counter's origin: a request's finish and its context are offsets from the counter when it joined",
     ("snlab/serving/queueing.py", "math.ceil(left / self.svc.tokens_per_step - 1e-9)", "constant 1e-09 -> 2e-09"):

@@ -81,3 +81,9 @@ def test_search_reports_each_plan_s_time_to_train_its_tokens():
     out = run(*args).stdout
     assert "time, 1e+12 tokens" in out and " days " in out
     assert "time_to_train_s" not in json.loads(run(*args[:-2], "--json").stdout)[0]
+
+
+def test_a_name_given_to_list_points_to_show():
+    proc = run("presets", "list", "dgx-h100", check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("snlab: error: name: ") and "snlab presets show dgx-h100" in proc.stderr

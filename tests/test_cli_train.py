@@ -211,3 +211,28 @@ def test_search_keeps_one_of_the_zero_stages_a_single_data_parallel_rank_makes_t
     assert not df[plan].duplicated().any()
     first = df.iloc[0]
     assert first.dp == 1 and first.zero == 0                  # ZeRO 1 shards nothing over one rank
+
+
+@pytest.mark.parametrize("flags, why", [
+    (["--validated-only"], "none is validated (--validated-only)"),
+    (["--power-budget", "1W"], "none is within the power budget 1W"),
+])
+def test_a_search_says_which_filter_left_no_plan(flags, why):
+    """Plans that fit but that a filter removes are not reported as plans that do not fit."""
+    out = run("search", "--model", "llama3-70b", "--system", "cloudmatrix384" if "--validated-only" in flags
+              else "dgx-h100", "--devices", "64", "--global-batch", "512", *flags).stdout
+    assert out.startswith("plans fit llama3-70b on 64 devices") and why in out, out
+    none = run("search", "--model", "llama3-405b", "--system", "dgx-h100", "--devices", "8", "--global-batch",
+               "512", *flags).stdout
+    assert none.strip() == "no plan fits llama3-405b on 8 devices of dgx-h100"
+
+
+def test_a_bad_optimizer_size_states_its_range():
+    proc = run("train", "--system", "dgx-a100", *PLAN_ARGS, "--optimizer-bytes", "100", check=False)
+    assert_one_line_error(proc, "optimizer_bytes", "from 0 to 64")
+    assert run("train", "--system", "dgx-a100", *PLAN_ARGS, "--optimizer-bytes", "64").returncode == 0
+
+
+def test_a_single_device_is_one_device():
+    out = run("train", "--model", "llama3.2-1b", "--system", "dgx-h100", "--global-batch", "8").stdout
+    assert "on dgx-h100: 1 device (tp=1" in out

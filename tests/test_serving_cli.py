@@ -109,12 +109,18 @@ def test_the_offline_table_and_json():
     assert data["offline"]["waves"] == 12 and data["deployment"]["batch"] == 256
 
 
-def test_a_run_too_long_to_fit_prints_its_tiny_rate_not_zero():
-    out = run("--model", "llama3-8b", "--system", "dgx-h100", "--scenario", "offline", "--requests", "100",
-              "--prompt-len", "100000000", "--output-len", "128").stdout
-    rate = next(line for line in out.splitlines() if "offline: output tokens/s" in line).split()[3]
-    assert 0 < float(rate) < 1e-3, out
-    assert re.search(r"^\s*fits\s+NO: KV cache needs", out, re.M), out
+def test_an_offline_run_that_cannot_start_prints_no_rate_and_says_why():
+    """A KV cache that holds no request (a prompt too long, or weights and the engine's own
+    memory filling the device) gives no offline rate, TTFT or band: the engine would not
+    start, and the fits line says why."""
+    for extra, why in ((("--prompt-len", "100000000"), "KV cache needs"),
+                       (("--prompt-len", "100", "--engine-memory-bytes", "200GB"), "weights need 16.1 GB")):
+        out = run("--model", "llama3-8b", "--system", "dgx-h100", "--scenario", "offline", "--requests", "100",
+                  "--output-len", "128", *extra).stdout
+        line = next(line for line in out.splitlines() if "offline: output tokens/s" in line)
+        assert line.split(None, 3)[3] == "none: the run cannot start (see fits below)", out
+        assert "published runs: " not in line and "offline: mean TTFT" not in out, out
+        assert re.search(rf"^\s*fits\s+NO: {why}", out, re.M), out
 
 
 def test_a_prompt_too_long_to_fit_prints_its_slow_prefill_and_batching_rates_not_zero():
@@ -216,3 +222,44 @@ def test_a_request_stream_s_flag_without_a_rate_is_an_error_not_ignored(flags, f
                check=False)
     assert proc.returncode == 2 and proc.stderr.startswith(f"snlab: error: {field}:"), proc.stderr
     assert "without --rate" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_host_time_may_be_zero_its_default_and_states_one_range():
+    base = ("--model", "llama3-8b", "--system", "dgx-h100", "--batch", "1", "--prompt-len", "10",
+            "--output-len", "10")
+    assert "1 device:" in run(*base, "--host-step-s", "0").stdout
+    for bad in ("-1", "2", "abc", "nan"):
+        proc = run(*base, "--host-step-s", bad, check=False)
+        assert proc.returncode == 2 and "host_step_s" in proc.stderr and "from 0 to 1 s" in proc.stderr, proc.stderr
+
+
+def test_the_hbm_fraction_states_one_range():
+    base = ("--model", "llama3-8b", "--system", "dgx-h100", "--batch", "1", "--prompt-len", "10",
+            "--output-len", "10")
+    for bad in ("0", "1.5", "-1"):
+        proc = run(*base, "--hbm-utilization", bad, check=False)
+        assert proc.returncode == 2 and "hbm_utilization" in proc.stderr and "(0, 1]" in proc.stderr, proc.stderr
+
+
+def test_a_context_holds_the_prompt():
+    proc = run("--model", "llama3-70b", "--system", "dgx-h100", "--tp", "2", "--batch", "1", "--prompt-len", "1000",
+               "--output-len", "100", "--context", "10", check=False)
+    assert proc.returncode == 2 and "context=10, prompt_len=1000" in proc.stderr
+    assert "at least prompt_len" in proc.stderr
+    assert "KV length 1,000" in run("--model", "llama3-70b", "--system", "dgx-h100", "--tp", "2", "--batch", "1",
+                                    "--prompt-len", "1000", "--output-len", "100", "--context", "1000").stdout
+
+
+def test_a_rate_beyond_the_simulated_instances_names_the_rate():
+    proc = run("--model", "llama3-70b", "--system", "dgx-h100", "--rate", "1e6", "--prompt-len", "1000",
+               "--output-len", "100", "--ttft-target", "1s", "--tpot-target", "50ms", check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("snlab: error: rate: 1e+06 requests/s needs ")
+    assert "more than the 100,000 a simulated queue runs" in proc.stderr
+
+
+@pytest.mark.parametrize("systems, why", [("dgx-h100,", "with an empty name"), (",dgx-h100", "with an empty name"),
+                                          ("dgx-h100,dgx-h100", "'dgx-h100' twice")])
+def test_a_list_of_systems_names_each_once(systems, why):
+    proc = run("--model", "llama3-8b", "--system", systems, "--batch", "1", "--prompt-len", "10", "--output-len", "10",
+               check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("snlab: error: system: ") and why in proc.stderr

@@ -660,3 +660,17 @@ def test_offline_weights_fit_beside_the_reserve_and_the_engine_s_memory():
     for engine, fit in ((29.5e9, False), (27e9, True)):
         out = S.serve_columns(model, offline_deployment(engine_memory_bytes=engine), HW)
         assert bool(out["fits_weights"]) is fit and bool(out["fits"]) is fit
+
+
+def test_an_engine_memory_beyond_the_device_is_a_plan_that_does_not_fit():
+    """An engine that keeps more than the device has leaves nothing for the weights: the
+    deployment does not fit, says why, and every number stays finite, alone and in a grid."""
+    kw = dict(tp=2, scenario="offline", requests=10, prompt_len=1000, output_len=100)
+    for engine in (200e9, 1e12, 1e13):
+        run = snlab.serve("llama3-70b", "dgx-h100", engine_memory_bytes=engine, **kw)
+        assert not run.fits and "engine_memory_bytes" in run.reason and run.offline["kv_sequences"] == 0
+        assert "none: the run cannot start" in str(run)
+    table = snlab.serve_sweep("llama3-70b", "dgx-h100", engine_memory_bytes=[4e9, 2e11], **kw)
+    assert table["fits"].tolist() == [True, False]
+    numbers = table.select_dtypes("number").astype(float)
+    assert np.isfinite(numbers.fillna(0.0).to_numpy()).all()

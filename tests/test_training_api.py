@@ -382,6 +382,9 @@ UNREAD = [  # (model, plan, field, phrase): a field given where the plan never r
     ("llama3-8b", dict(dp=8, offload_layers=2), "offload_layers", "offload 'none'"),
     ("llama3-8b", dict(dp=8, offload="optimizer", offload_layers=2), "offload_layers", "offload 'optimizer'"),
     ("llama3-8b", dict(dp=8, chunk_overhead_s=1e-3), "chunk_overhead_s", "interleave 1"),
+    ("llama3-8b", dict(dp=8, recompute="mla_up_proj"), "recompute", "'mla_up_proj' for llama3-8b, which has none"),
+    ("llama3-8b", dict(dp=8, recompute="layernorm,moe_act"), "recompute", "'moe_act'"),
+    ("mixtral-8x7b", dict(tp=8, recompute="layernorm,shared_experts"), "recompute", "'shared_experts'"),
 ]
 
 
@@ -416,6 +419,7 @@ def test_a_sweep_refuses_a_plan_field_no_point_of_it_reads():
 
 def test_the_plan_fields_pass_where_they_are_read():
     moe = dict(tp=1, dp=8, ep=8, global_batch=64)
+    snlab.train("moonlight-16b-a3b", "dgx-h100", recompute="layernorm,mla_up_proj,moe_act,shared_experts", **moe)
     even = snlab.train("mixtral-8x7b", "dgx-h100", expert_imbalance=1.0, **moe).step_time_s
     assert snlab.train("mixtral-8x7b", "dgx-h100", expert_imbalance=1.5, **moe).step_time_s > even
     snlab.train("mixtral-8x7b", "dgx-h100", capacity_factor=1.25, ep_dispatcher="alltoall", **moe)

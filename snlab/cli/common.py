@@ -39,6 +39,19 @@ MAX_COUNT = 10**15
 _COUNT = re.compile(r"\s*(\d+(?:\.\d*)?(?:[eE][+]?\d+)?)\s*([kKMG]?)\s*")
 
 
+def names(field: str, text: str | None, allowed: str) -> list[str]:
+    """Comma-separated names (systems to compare): none empty, none twice."""
+    if not text:
+        raise SnlabError(field, "missing", allowed)
+    items = [item.strip() for item in text.split(",")]
+    if "" in items:
+        raise SnlabError(field, f"got {text!r}, with an empty name", allowed)
+    twice = sorted({item for item in items if items.count(item) > 1})
+    if twice:
+        raise SnlabError(field, f"got {twice[0]!r} twice", allowed + ", each once")
+    return items
+
+
 def count(field: str, text: str, low: int = 1, high: float = MAX_COUNT) -> int:
     """A whole number from text (``4096``, ``1e3``, ``128k``, ``1M``) from ``low`` to ``high``."""
     m = _COUNT.fullmatch(str(text))
@@ -60,14 +73,16 @@ def number(field: str, text: str, low: float = -math.inf, high: float = math.inf
     return value
 
 
-def seconds(field: str, text: str) -> float:
-    """A time from text: a bare number is seconds, or a quantity such as ``50ms``."""
+def seconds(field: str, text: str, zero: bool = False) -> float:
+    """A time from text: a bare number is seconds, or a quantity such as ``50ms``; more
+    than 0 (or 0 itself where ``zero``)."""
     try:
         value = float(text)
     except ValueError:
         value = parse_quantity(text, "s", field)[0]
-    if not math.isfinite(value) or value <= 0:
-        raise SnlabError(field, f"got {text!r}", "a time > 0, e.g. 0.05 or 50ms")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise SnlabError(field, f"got {text!r}", "a time >= 0, e.g. 0.05 or 50ms" if zero else
+                         "a time > 0, e.g. 0.05 or 50ms")
     return value
 
 

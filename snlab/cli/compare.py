@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import SnlabError
 from ..units import fmt_bytes, fmt_joules, fmt_seconds, fmt_watts
 from . import plan_flags, power_flags
-from .common import print_json, side_by_side
+from .common import names, print_json, side_by_side
 
 ROWS = [
     ("devices", lambda r: f"{r.devices}"),
@@ -46,9 +45,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..training import train
-    systems = [s for s in args.systems.split(",") if s]
-    if not systems:
-        raise SnlabError("systems", "empty", "comma-separated system names or .toml paths")
+    systems = names("systems", args.systems, "comma-separated system names or .toml paths")
     power = power_flags.options(args)
     results = [train(args.model, s, precision=args.precision, **plan_flags.plan(args), **power) for s in systems]
     if args.json:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import SnlabError
 from ..serving.workload import CACHE_TIERS, LENGTHS, MAX_REQUESTS, MAX_TOKENS
 from ..units import fmt_seconds
-from .common import count, number, print_json, target
+from .common import count, names, number, print_json, target
 
 #: the --rate family: flag -> (kind, help)
 LOAD_FLAGS = {
@@ -82,9 +82,7 @@ def run(args, deployment: dict) -> int:
     """Plan capacity, or run the plan colocated and disaggregated, on every system named."""
     from ..serving.capacity import serve_capacity
     work, targets = _workload(args), _targets(args)
-    systems = [s for s in args.system.split(",") if s] if args.system else []
-    if not systems:
-        raise SnlabError("system", "missing", "--system NAME (or NAME,NAME to compare)")
+    systems = names("system", args.system, "--system NAME (or NAME,NAME to compare)")
     planned = len(targets) == 2 and all(getattr(args, k, None) is None for k in _PLAN)
     if planned:
         plans = [serve_capacity(args.model, s, **work, **targets, **deployment) for s in systems]

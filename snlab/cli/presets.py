@@ -35,6 +35,9 @@ def find(name: str, kind: str | None):
 
 
 def run(args) -> int:
+    if args.action == "list" and args.name:
+        raise SnlabError("name", f"got {args.name!r} with list, which lists every preset",
+                         f"snlab presets show {args.name}, or snlab presets list [--kind KIND]")
     if args.action == "show":
         if not args.name:
             raise SnlabError("name", "missing", "snlab presets show NAME [--toml]")

@@ -68,7 +68,7 @@ def run(args) -> int:
                               .to_json(orient="records", double_precision=15)))
         return 0
     if df.empty:
-        print(f"no plan fits {args.model} on {args.devices} devices of {args.system}")
+        print(_why_none(args, df.attrs))
         return 0
     print(f"{args.model} on {args.devices} devices of {args.system}, global batch {args.global_batch}: "
           f"best {len(df)} of {df.attrs.get('evaluated', 0):,} plans evaluated")
@@ -102,3 +102,16 @@ def run(args) -> int:
         print("* outside what the published runs of this chip family cover: a degree, ZeRO stage, recomputation "
               "or precision none of them used (--validated-only leaves these out)")
     return 0
+
+
+def _why_none(args, attrs: dict) -> str:
+    """Why a search printed no plan: none fits, or a filter removed those that do."""
+    where = f"{args.model} on {args.devices} devices of {args.system}"
+    fitting, validated = attrs.get("fitting", 0), attrs.get("validated", 0)   # plans each filter left
+    if not fitting:
+        return f"no plan fits {where}"
+    if args.validated_only and not validated:
+        return (f"plans fit {where}, but none is validated (--validated-only): no published run covers this "
+                "device family and plan shape")
+    return f"plans fit {where}, but none is within the power budget {args.power_budget}"
+

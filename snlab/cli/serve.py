@@ -8,13 +8,15 @@ Flags are read as text and converted here, so that a bad value ends in one
 
 from __future__ import annotations
 
+import math
+
 from ..errors import SnlabError
 from ..units import fmt_bytes, fmt_joules, fmt_rate, fmt_seconds, fmt_watts, parse_quantity
 from ..serving.deployment import MAX_ENGINE_MEMORY, MAX_REQUESTS
 from ..serving.planner import MAX_COUNT, MAX_DEGREE, MAX_DRAFT_TOKENS
 from . import power_flags
 from . import load
-from .common import count, number, print_json, seconds, side_by_side, target
+from .common import count, names, number, print_json, seconds, side_by_side, target
 
 #: flag -> (kind, help); kinds: "int" (whole number >= 1, k/M suffixes), "int0" (>= 0),
 #: "fraction" (in [0, 1]), "bytes" (a size, e.g. 4.5GiB), "str"
@@ -34,7 +36,7 @@ FLAGS = {
     "microbatches": ("int", "2 for two-batch overlap (default 1)"),
     "ep_overlap": ("fraction", "fraction of the expert all-to-all hidden, with --microbatches 2 (default 0.8 in decode, 0.6 in prefill)"),
     "prefill_batch": ("int", "prompts per prefill pass per replica (default 1)"),
-    "hbm_utilization": ("fraction", "fraction of HBM for weights and KV cache (default 0.9)"),
+    "hbm_utilization": ("open_fraction", "fraction of HBM for weights and KV cache (default 0.9)"),
     "pool_share": ("fraction", "fraction of the supernode pool's free memory usable (default 1)"),
     "kv_offload": ("str", "auto (spill to pool, host, SSD) or hbm (default auto)"),
     "output_dist": ("str", "output lengths for static batching: fixed, uniform, exponential"),
@@ -119,7 +121,10 @@ def deployment(args, lengths: bool = True) -> dict:
         elif kind == "bytes":
             out[flag] = size(flag, text)
         elif kind == "seconds":
-            out[flag] = seconds(flag, text)
+            try:
+                out[flag] = seconds(flag, text, zero=True)
+            except SnlabError:
+                out[flag] = math.inf
             if not 0 <= out[flag] <= 1:
                 raise SnlabError(flag, f"got {text!r}", "a time from 0 to 1 s, e.g. 2ms")
         else:
@@ -214,9 +219,7 @@ def run(args) -> int:
             raise SnlabError(name, f"got {getattr(args, name)!r} without --rate, the stream of requests it belongs to",
                              "--rate R (requests per second), or leave it out")
     dep = deployment(args)
-    systems = [s for s in args.system.split(",") if s] if args.system else []
-    if not systems:
-        raise SnlabError("system", "missing", "--system NAME (or NAME,NAME to compare; a .toml path works too)")
+    systems = names("system", args.system, "--system NAME (or NAME,NAME to compare; a .toml path works too)")
     results = [_evaluate(args, s, dep) for s in systems]
     if args.json:
         out = [r.to_dict() for r in results]

@@ -31,7 +31,7 @@ from ..walls import queueing as qw
 from . import approx
 from .disaggregation import transfer_times
 from .disaggregation import kv_link, run_disaggregated
-from .load import check_targets, read_target, serve_load, share, split_kwargs
+from .load import MAX_INSTANCES, check_targets, read_target, serve_load, share, split_kwargs
 from .load_result import LoadResult
 from .queueing import run_instance
 from .service import instance
@@ -256,6 +256,7 @@ def _colocated(model, system, w, tps, targets, level, policy, dep, top) -> Plan 
     if best is None:
         return None
     _, n, tp, r = best
+    _check_instances(w.rate, {f"tp={tp}": (n, r)})
     for _ in range(GROW):
         check = serve_load(model, system, rate=w.rate, **_lengths(w), instances=n, tp=tp, policy=policy,
                            ttft_target=targets[0], tpot_target=targets[1], seed=w.seed, **dep)
@@ -263,6 +264,17 @@ def _colocated(model, system, w, tps, targets, level, policy, dep, top) -> Plan 
             break
         n += max(1, n // 10)
     return Plan("colocated", n * check.devices // max(n, 1), (n,), (tp,), (r,), check.goodput_per_device_rps, check)
+
+
+def _check_instances(rate: float, pools: dict) -> None:
+    """A rate that needs more instances of a pool than a queue simulation runs is refused by
+    its own name, with the instances it would take."""
+    for what, (n, r) in pools.items():
+        if n > MAX_INSTANCES:
+            raise SnlabError("rate", f"{rate:.6g} requests/s needs {n:,} instances of {what} ({r:.3g} requests/s "
+                             f"each within the targets), more than the {MAX_INSTANCES:,} a simulated queue runs",
+                             f"a rate that {MAX_INSTANCES:,} instances serve, or a size per instance (tp) that "
+                             "serves more")
 
 
 def _disaggregated(model, system, w, tps, targets, level, link_level, dep, top) -> Plan | None:
@@ -296,6 +308,7 @@ def _disaggregated(model, system, w, tps, targets, level, link_level, dep, top) 
     if best is None:
         return None
     _, x, y, tp_p, tp_d, r_p, r_d = best
+    _check_instances(w.rate, {f"prefill tp={tp_p}": (x, r_p), f"decode tp={tp_d}": (y, r_d)})
     for _ in range(GROW):
         check = serve_load(model, system, rate=w.rate, **_lengths(w), prefill=dict(tp=tp_p), decode=dict(tp=tp_d),
                            prefill_instances=x, decode_instances=y, kv_link_level=link_level,

@@ -3,9 +3,10 @@ the decode-attention call's fixed time, sampling, and its own all-reduce.
 
 A decode step of a large model at a small batch moves little data per kernel, so each
 kernel's fixed time (its launch inside a captured graph, prologue and tail) is a large
-part of the step: at batch 1 on eight GPUs a 70B model's step takes five times its
-weight-streaming time (AMD's vLLM latency table, ROCm/vllm docs/dev-docker, Llama 3.1
-70B FP8, 8x MI300X: 8.4 ms against 1.7 ms). The terms here are each calibrated from a
+part of the step: at batch 1 on eight GPUs a 70B model's step takes nearly five times
+its weight-streaming time (AMD's vLLM latency table, amd-rocm-performance-results, image
+rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006, Llama 3.1 70B FP8, 8x MI300X: 15.882 s for 2,048
+tokens, 7.75 ms a step, against 1.7 ms). The terms here are each calibrated from a
 kernel-level measurement, named in the device and system presets:
 
 * ``kernel_floor``: DeepGEMM's FP8 GEMMs at decode shapes (M = 64 and 128, H800) take

@@ -321,6 +321,7 @@ def _detail(field: str, m: Model, s: System, g: dict) -> str:
         "batch": f"batch={x['batch']}, dp={x['dp']}",
         "ep": f"ep={x['ep']}, tp={x['tp']}, dp={x['dp']}, experts={m.moe.experts if m.moe else 0}",
         "devices": f"tp x pp x dp = {x['tp'] * x['pp'] * x['dp']} > {s.max_devices} on {s.name}",
+        "context": f"context={x['context']}, prompt_len={x['prompt_len']}",
     }
     return "broken rule: " + (details[field] if field in details else f"{field}={x[field]}")
 

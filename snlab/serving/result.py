@@ -173,6 +173,9 @@ class ServeResult(Result):
             ("offline: KV cache allocated", f"{fmt_bytes(o['kv_pool_bytes_per_device'])} per device"),
             ("offline: run time", fmt_seconds(o["makespan_s"])),
         ] if o else []
+        if o and not self.fits:   # an engine whose KV cache holds no request does not start
+            rows = [("offline: output tokens/s", "none: the run cannot start (see fits below)"),
+                    ("offline: KV cache allocated", f"{fmt_bytes(o['kv_pool_bytes_per_device'])} per device")]
         rows += [
             ("time to first token", fmt_seconds(self.ttft_s)),
             ("time per output token", f"{fmt_seconds(self.tpot_s)} ({self.tokens_per_step:.3g} "
@@ -237,7 +240,8 @@ class ServeResult(Result):
                 f"weights {d['weight_dtype']}, KV {d['kv_dtype']}{spec}{tbo}")
 
     def headline(self) -> str:
-        return f"{self.model} on {self.system}, {self.devices} devices: {self.deployment_text()}"
+        return (f"{self.model} on {self.system}, {self.devices} device{'s' if self.devices != 1 else ''}: "
+                f"{self.deployment_text()}")
 
 
 def _reason(system: System, g: dict, row: dict, by_tier: dict, offline: bool) -> str:

@@ -538,7 +538,8 @@ def serve_columns(model, dep: Deployment, hw: Hardware) -> dict[str, np.ndarray]
         # weights that leave no room beside the runtime's reserve and the engine's own memory
         # do not fit, whatever the KV cache
         room = hw.hbm_capacity - hw.memory_reserve - dep.engine_memory_bytes
-        used = where(w.per_device <= room, kv_memory + w.per_device, maximum(room, 0.0))
+        # (a byte at least: engine memory beyond the device leaves it none, and no fraction of zero)
+        used = where(w.per_device <= room, kv_memory + w.per_device, maximum(room, 1.0))
         utilization = used / maximum(hw.hbm_capacity, 1.0)
         dep = dataclasses.replace(dep, hbm_utilization=where(offline_rows, utilization, dep.hbm_utilization))
         run = offline_run(ss, dep, hw, w, placement(ss, dep, hw, w))

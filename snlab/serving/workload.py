@@ -207,12 +207,13 @@ def draw_lengths(trace: Trace, n: int, rng: np.random.Generator) -> tuple[np.nda
 def workload(rate=None, *, prompt_len=None, output_len=None, lengths: str = "fixed", arrival: str | None = None,
              arrival_scv: float | None = None, concurrency=None, times_s=None, prompts=None, outputs=None,
              requests: int = 1000, seed: int = 0, warmup: float = 0.0, cache_hit_rate: float = 0.0,
-             cache_tier: str = "hbm") -> Workload:
+             cache_tier: str | None = None) -> Workload:
     """A checked :class:`Workload`. ``rate`` [requests/s] for Poisson (or, with
     ``arrival_scv`` > 1, gamma) arrivals; ``concurrency`` for a closed loop; ``times_s``
     for a trace's arrival times (with ``prompts`` and ``outputs`` per request, or lengths
     as for the others). ``lengths`` a trace name of :data:`TRACES` draws lengths from its
-    statistics; ``fixed`` needs ``prompt_len`` and ``output_len`` [tokens]."""
+    statistics; ``fixed`` needs ``prompt_len`` and ``output_len`` [tokens]. ``cache_tier``
+    (``hbm`` when not given) is read only with a ``cache_hit_rate`` above 0."""
     if arrival is None:
         arrival = "trace" if times_s is not None else "closed" if concurrency is not None else \
             "gamma" if arrival_scv not in (None, 1, 1.0) else "poisson"
@@ -248,8 +249,12 @@ def workload(rate=None, *, prompt_len=None, output_len=None, lengths: str = "fix
         raise SnlabError("warmup", f"got {show(warmup)}", "a fraction in [0, 1) of the requests left out")
     if not finite(cache_hit_rate) or not 0 <= cache_hit_rate < 1:
         raise SnlabError("cache_hit_rate", f"got {show(cache_hit_rate)}", "a fraction in [0, 1) of prompt tokens")
-    if cache_tier not in CACHE_TIERS:
+    if cache_tier is not None and cache_tier not in CACHE_TIERS:
         raise SnlabError("cache_tier", f"got {cache_tier!r}", ", ".join(CACHE_TIERS))
+    if cache_tier is not None and not cache_hit_rate:
+        raise SnlabError("cache_tier", f"{cache_tier!r} given without a cache_hit_rate, so nothing reads it",
+                         "a cache_tier together with a cache_hit_rate above 0, or neither")
+    cache_tier = "hbm" if cache_tier is None else cache_tier
     return Workload(**kw, warmup=float(warmup), cache_hit_rate=float(cache_hit_rate), cache_tier=cache_tier)
 
 

@@ -124,7 +124,7 @@ ALLOWED = dict(tp="a whole number >= 1 dividing the attention heads",
                overlap="none, gradients, standard, all, or class=level pairs (dp, zero, tp, pp, ep, cp, offload) in [0, 1]",
                offload="none, optimizer, activations, both", precision="a precision the device supports",
                grad_dtype="bf16, fp32", seq_len="a whole number >= 1",
-               flash_attention="true or false", optimizer_bytes="a number >= 0 (12 for Adam)",
+               flash_attention="true or false", optimizer_bytes="bytes per parameter from 0 to 64 (12 for Adam)",
                first_stage_layers="0 (automatic) or the transformer layers of the first pipeline stage",
                last_stage_layers="0 (automatic) or the transformer layers of the last pipeline stage",
                ep_dispatcher="alltoall, deepep", capacity_factor="0 (no token dropping) or a factor from 0.1 to 64",
@@ -141,7 +141,8 @@ def check_read(model, plan: dict) -> None:
     without expert parallelism (``ep`` 1: every device computes its share of every
     expert and there is no all-to-all), ``expert_tp`` for a dense model,
     ``offload_layers`` without activation offload,
-    ``chunk_overhead_s`` without interleaved stages. A field or its condition may be an
+    ``chunk_overhead_s`` without interleaved stages, a recomputed module the model does not
+    have (``mla_up_proj`` without MLA). A field or its condition may be an
     axis of a sweep: the error is raised when no point of the grid reads the field."""
     given = {k: v for k, v in plan.items() if v is not None}
 
@@ -170,6 +171,24 @@ def check_read(model, plan: dict) -> None:
     if moved("chunk_overhead_s") and always("interleave", lambda v: v == 1):
         raise SnlabError("chunk_overhead_s", f"got {given['chunk_overhead_s']!r} with interleave 1, which has no "
                          "extra pass through a virtual stage", "interleave > 1 with it, or leave it out")
+    _check_recompute_modules(model, given.get("recompute"))
+
+
+def _check_recompute_modules(model, value) -> None:
+    """A recomputed module the model does not have (``mla_up_proj`` without MLA, the
+    experts' modules without routed or shared experts) is an error, not a no-op."""
+    has = {"mla_up_proj": model.mla is not None, "moe_act": model.moe is not None, "moe": model.moe is not None,
+           "shared_experts": bool(model.moe and model.moe.shared_experts)}
+    values = value if isinstance(value, (list, tuple)) and not all(
+        str(v).strip() in RECOMPUTE_MODULES for v in value) else [value]
+    for v in values:
+        parts = v if isinstance(v, (list, tuple)) else v.split(",") if isinstance(v, str) else []
+        for part in parts:
+            name = str(part).strip()
+            if not has.get(name, True):
+                raise SnlabError("recompute", f"module {name!r} for {model.name}, which has none",
+                                 "the modules the model has: " + ", ".join(m for m in RECOMPUTE_MODULES
+                                                                          if has.get(m, True)))
 
 
 @dataclass(frozen=True)

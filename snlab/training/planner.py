@@ -738,10 +738,8 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     grid.check_finite_rows(out, np.ones(g["tp"].shape, dtype=bool), g)
     frame = _frame(m, s, precision, g, labels, broken[keep], out)
     frame = frame[frame["fits"]]
-    if validated_only:
-        frame = frame[frame["validated"]]
-    if budget is not None:
-        frame = frame[frame["facility_power_w"] <= budget]
+    fitting, frame = len(frame), frame[frame["validated"]] if validated_only else frame
+    validated, frame = len(frame), frame[frame["facility_power_w"] <= budget] if budget is not None else frame
     # best first; among plans equally good, the one asking for less (recomputation,
     # ZeRO stage, micro-batch, interleaving, tensor and pipeline degrees) comes first
     key = OBJECTIVES[objective][0]
@@ -755,6 +753,7 @@ def search(model, system, *, devices: int, global_batch: int, precision: str = "
     same = pd.concat([frame[["tp", "pp", "dp", "ep", "cp", "micro_batch", "interleave", "sequence_parallel",
                              *(["slice"] if "slice" in frame else [])]], outcome], axis=1).duplicated()
     result = frame[~same.to_numpy()].head(int(top)).reset_index(drop=True)
-    result.attrs["evaluated"] = int(keep.sum())
+    # plans evaluated, and those each filter left: fitting ones, then validated ones (of those)
+    result.attrs.update(evaluated=int(keep.sum()), fitting=fitting, validated=validated)
     result.attrs["distinct"] = int((~same).sum())
     return result

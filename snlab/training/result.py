@@ -140,7 +140,8 @@ class TrainResult(Result):
 
     def headline(self) -> str:
         p = self.plan
-        return (f"{self.model} on {self.system}: {self.devices} devices (tp={p['tp']} pp={p['pp']} dp={p['dp']} "
+        devices = f"{self.devices} device{'s' if self.devices != 1 else ''}"
+        return (f"{self.model} on {self.system}: {devices} (tp={p['tp']} pp={p['pp']} dp={p['dp']} "
                 f"ep={p['ep']} cp={p['cp']}), micro-batch {p['micro_batch']}, global batch {p['global_batch']}, "
                 f"recompute {p['recompute']}, ZeRO {p['zero']}" + (f", slice {p['slice']}" if p.get("slice") else ""))
 
