@@ -301,10 +301,13 @@ def quarter_micro_batch() -> Question:
     ratio = float(steps[SUPERNODE].loc[quarter] / steps[SUPERNODE].min())
     edges = (1 / (1 + EDGE_MARGIN), 1 + EDGE_MARGIN)
     options = ("clearly faster (by more than 10%)", "about the same (within 10%)", "clearly slower (by more than 10%)")
-    near = sorted(int(m) for m, t in steps[SUPERNODE].items() if t <= steps[SUPERNODE].min() * (1 + EDGE_MARGIN))
+    near, near_cluster = (sorted(int(m) for m, t in steps[s].items() if t <= steps[s].min() * (1 + EDGE_MARGIN))
+                          for s in (SUPERNODE, CLUSTER))
     return answered("quarter-micro-batch", "The article advises micro-batches a quarter the size on a supernode "
-                    f"(claim C12). With 256-token sequences the cluster runs best at micro-batch {cluster_best}. On the "
-                    f"supernode, how does micro-batch {quarter} compare with its best?", options,
+                    f"(claim C12). With 256-token sequences the cluster's fastest step is at micro-batch "
+                    f"{cluster_best} (micro-batches {', '.join(map(str, near_cluster))} within 10% of it, which the "
+                    f"model cannot rank). On the supernode, how does micro-batch {quarter} compare with its best?",
+                    options,
                     f"Micro-batch {quarter} takes {ratio:.2f} times the supernode's best step; micro-batches "
                     f"{', '.join(map(str, near))} are all within 10% of it. The supernode's cheap bandwidth leaves the "
                     "fixed per-micro-batch costs (weights read, message latency) as what larger micro-batches save: no "

@@ -73,8 +73,10 @@ def inner_bandwidth(n1, stride, hw: Hardware):
     if kind == "mesh":
         # (a group of one has no inner traffic: the floor only keeps the rate positive)
         return maximum(n1 - 1, 1.0) * axis.links * axis.link_bandwidth * topo.link_scale(hw)
-    pair = maximum(n1, 2.0)                  # (a group of one: priced as a pair, and not used)
-    g = topo.group_axes(pair, stride, hw)
+    # (a group of one: priced as a neighbouring pair, and not used; its stride may reach past
+    # the domain, where a pair would find no links)
+    pair = maximum(n1, 2.0)
+    g = topo.group_axes(pair, where(n1 > 1, stride, 1.0), hw)
     one = cm.axis_all_to_all_time.evaluate({**g.inputs(), **{f"axis_latency_{a}": 0.0 for a in topo.AXES},
                                              "message_bytes": 1.0, "group_size": pair, "call_latency": 0.0,
                                              "link_bandwidth": g.injection, "link_efficiency": 1.0})
@@ -498,7 +500,7 @@ def collective(system, op: str, message_bytes: float, devices: int, *, stride: i
     S, n, k = np.asarray(float(message_bytes)), np.asarray(float(devices)), np.asarray(float(stride))
     if algorithm == "one-shot":
         if op != "all-reduce" or devices * stride > hw.scale_up_domain_size or wiring(hw) == "axes":
-            raise SnlabError("algorithm", f"one-shot for a {op} over {devices} devices of {s.name}",
+            raise SnlabError("algorithm", f"one-shot for {'an' if op[0] in 'aeiou' else 'a'} {op} over {devices} devices of {s.name}",
                              "auto; one-shot is an all-reduce inside one switch or full-mesh domain")
         t = float(one_shot_all_reduce(S, n, hw, k))
     else:

@@ -137,6 +137,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "constant 1.0 -> 2"): "guards a division by an empty domain; a torus's domain holds thousands of devices",
     ("snlab/serving/step.py", "utilization = used / maximum(hw.hbm_capacity, 1.0)",
      "constant 1.0 -> 2"): "guards a division by a device with no HBM; every device has gigabytes",
+    ("snlab/network.py", "g = topo.group_axes(pair, where(n1 > 1, stride, 1.0), hw)", "constant 1.0 -> 2 in "
+     "where(n1 > 1, stride, 1.0)"): "the stride of a group of one, whose inner bandwidth no term uses: neighbours "
+                                    "one or two ranks apart both find links",
     ("snlab/serving/step.py", "used = where(w.per_device <= room, kv_memory + w.per_device, maximum(room, 1.0))",
      "constant 1.0 -> 2"): "the floor of a device left no memory: one byte or two of some gigabytes, a fraction "
                            "that fits nothing either way",

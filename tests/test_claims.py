@@ -102,6 +102,9 @@ def test_numbers_behind_the_communication_claims(verdicts):
     c11 = verdicts["C11"].numbers
     assert c11["exposed communication per step, cluster [s]"] > 1.0             # seconds, not tens of ms
     assert c11["communication hidden, supernode"] > 1.4 * c11["communication hidden, cluster"]
+    # the overlap half reads as a share, whatever the cluster hides (here nothing)
+    overlap = verdicts["C11"].decisions[1]
+    assert 0 < overlap.value <= 1 and "where the claim needs more than 0; on the claim's side" in overlap.describe()
     c45 = verdicts["C4/C5"].numbers
     assert 0.25 <= c45["paper's plan: MFU"] <= 0.45 and c45["paper's plan: share lost"] >= 0.3
     assert c45["best plan: MFU"] > 0.45 > c45["paper's plan: MFU"]

@@ -415,6 +415,7 @@ HEAD = 'model = "megatron-1t"\nsystem = "dgx-a100"\n'
     ("[axes]\ntpp = [1, 2]\n", "snlab: error: tpp: not a plan or system field"),
     ("[axes]\ndp = { from = 8, to = 1, step = 1 }\n", "snlab: error: dp: empty range"),
     ("[axes]\ndp = { from = 8, to = 8, steps = 3 }\n", "snlab: error: dp: empty range"),
+    ("[axes]\ntp = { from = 8, to = 1, steps = 3 }\n", "snlab: error: tp: from 8 above to 1 (allowed: from <= to)"),
     ('[axes]\nscale_up_bandwidth = { from = "100 GB", to = "1.8 TB/s", steps = 8 }\n',
      "snlab: error: scale_up_bandwidth: unit 'GB' is not a unit of bytes/s"),
     ('[axes]\nhbm_capacity = { from = "80 GB", upto = "1 TB", steps = 2 }\n',

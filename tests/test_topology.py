@@ -374,6 +374,19 @@ def test_the_full_mesh_and_torus_inner_bandwidths():
         == "switch"
 
 
+def test_a_pair_far_apart_on_a_torus_takes_its_axis_and_a_group_of_one_stays_finite():
+    """On a Trn2 UltraServer (4 x 4 x 4 chips; 128 GB/s rings on x and y, 64 GB/s on z) a pair
+    16 ranks apart is neighbours along z; a group of one whose stride reaches past the 64
+    chips (expert parallelism over whole tensor-parallel groups) has no inner traffic and
+    keeps a finite plan."""
+    trn = hardware(snlab.system("trn2-ultraserver"))
+    assert float(net.inner_bandwidth(np.float64(2), np.float64(1), trn)) == approx(128e9)
+    assert float(net.inner_bandwidth(np.float64(2), np.float64(16), trn)) == approx(64e9)
+    assert float(net.inner_bandwidth(np.float64(1), np.float64(64), trn)) > 0
+    run = snlab.train("deepseek-v3", "trn2-ultraserver", tp=64, pp=3, dp=16, ep=2, global_batch=4096, zero=0)
+    assert math.isfinite(run.step_time_s) and 0 < run.mfu < 1
+
+
 # --- published collective benchmarks ------------------------------------------------------
 
 COLLECTIVE_TABLE = collective_table()

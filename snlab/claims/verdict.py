@@ -15,7 +15,8 @@ HOLDS, CONDITIONAL, FAILS = "holds", "holds only if", "does not hold"
 @dataclass(frozen=True)
 class Decision:
     """The quantity that decides a verdict: its ``value``, the ``threshold`` it is
-    compared with (``above``: the claim needs value >= threshold), and the error band
+    compared with (``above``: the claim needs value >= threshold; ``strict``: value >
+    threshold), and the error band
     of the regime that computed it (``band``; None when no band applies, and ``basis``
     then says why: exact arithmetic, or a model checked elsewhere)."""
 
@@ -25,9 +26,13 @@ class Decision:
     above: bool
     band: uncertainty.Band | None = None
     basis: str = "exact arithmetic"
+    #: the claim needs the value strictly beyond the threshold (a difference that must be positive)
+    strict: bool = False
 
     @property
     def passes(self) -> bool:
+        if self.strict:
+            return self.value > self.threshold if self.above else self.value < self.threshold
         return self.value >= self.threshold if self.above else self.value <= self.threshold
 
     @property
@@ -55,7 +60,7 @@ class Decision:
         """The decision as a sentence: the quantity, what the claim needs, which side of
         that line the value falls and by how much, and whether the model's error could
         move it across."""
-        need = "at least" if self.above else "at most"
+        need = ("more than" if self.above else "less than") if self.strict else ("at least" if self.above else "at most")
         side = "on the claim's side" if self.passes else "on the other side"
         by = f", by {abs(self.margin):.0%}" if self.threshold else ""
         text = f"{self.quantity[:1].upper()}{self.quantity[1:]}: {_fmt(self.value)}, where the claim needs {need} " \

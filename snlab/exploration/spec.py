@@ -124,6 +124,8 @@ def axis(name: str, value, k):
         if steps > 1 and lo == hi:
             raise SnlabError(name, f"empty range: from = to with {steps} steps",
                              "from and to that differ, or steps = 1")
+        if hi < lo:   # as with step =: a range runs upwards
+            raise SnlabError(name, f"from {value['from']!r} above to {value['to']!r}", "from <= to")
         if scale == "log":
             if lo <= 0 or hi <= 0:
                 raise SnlabError(name, "a log range from or to <= 0", "from and to > 0")
