@@ -500,7 +500,7 @@ def collective(system, op: str, message_bytes: float, devices: int, *, stride: i
     S, n, k = np.asarray(float(message_bytes)), np.asarray(float(devices)), np.asarray(float(stride))
     if algorithm == "one-shot":
         if op != "all-reduce" or devices * stride > hw.scale_up_domain_size or wiring(hw) == "axes":
-            raise SnlabError("algorithm", f"one-shot for {'an' if op[0] in 'aeiou' else 'a'} {op} over {devices} devices of {s.name}",
+            raise SnlabError("algorithm", f"one-shot for the {op} over {devices} devices of {s.name}",
                              "auto; one-shot is an all-reduce inside one switch or full-mesh domain")
         t = float(one_shot_all_reduce(S, n, hw, k))
     else:

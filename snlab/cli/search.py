@@ -114,4 +114,3 @@ def _why_none(args, attrs: dict) -> str:
         return (f"plans fit {where}, but none is validated (--validated-only): no published run covers this "
                 "device family and plan shape")
     return f"plans fit {where}, but none is within the power budget {args.power_budget}"
-
