@@ -179,12 +179,13 @@ def _check_recompute_modules(model, value) -> None:
     experts' modules without routed or shared experts) is an error, not a no-op."""
     has = {"mla_up_proj": model.mla is not None, "moe_act": model.moe is not None, "moe": model.moe is not None,
            "shared_experts": bool(model.moe and model.moe.shared_experts)}
+    # one choice (a name, a code, modules as a list) or a sweep's axis of them
     values = value if isinstance(value, (list, tuple)) and not all(
         str(v).strip() in RECOMPUTE_MODULES for v in value) else [value]
     for v in values:
-        parts = v if isinstance(v, (list, tuple)) else v.split(",") if isinstance(v, str) else []
-        for part in parts:
-            name = str(part).strip()
+        code = RECOMPUTE["none"] if v is None else recompute_code(v)
+        modules = RECOMPUTE_NAMES[code].split(",") if code >= len(RECOMPUTE) else []
+        for name in modules:
             if not has.get(name, True):
                 raise SnlabError("recompute", f"module {name!r} for {model.name}, which has none",
                                  "the modules the model has: " + ", ".join(m for m in RECOMPUTE_MODULES
